@@ -1,0 +1,110 @@
+"""Worker settings, read once from the environment (see DESIGN.md for each variable)."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from sie_worker.devices import DeviceError, gpu_visible, parse_devices
+
+__all__ = ["ConfigApiMode", "Settings", "SettingsError"]
+
+ConfigApiMode = Literal["read-write", "read-only", "disabled"]
+_CONFIG_API_MODES: tuple[ConfigApiMode, ...] = ("read-write", "read-only", "disabled")
+_BUNDLES_WITHOUT_SGLANG = ("default",)
+
+
+class SettingsError(ValueError):
+    """An environment variable has a value the worker cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    devices: tuple[str, ...] = ("cpu",)
+    bundle: str = "default"
+    model_ready_timeout_s: float | None = None
+    generate_read_timeout_s: float | None = None
+    api_key: str | None = None
+    sglang_command: tuple[str, ...] | None = None
+    pinned_models: tuple[str, ...] = ()
+    liveness_budget_s: float | None = None
+    config_dir: Path | None = None
+    config_api: ConfigApiMode = "read-write"
+    max_body_bytes: int = 8 * 1024 * 1024
+    drain_timeout_s: float = 30.0
+    engine_stop_grace_s: float = 10.0
+    host: str = "0.0.0.0"
+    port: int = 8080
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def has_sglang_bundle(self) -> bool:
+        return self.bundle not in _BUNDLES_WITHOUT_SGLANG
+
+    def with_overrides(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], *, gpu: bool | None = None) -> Settings:
+        """Read every ``SIE_*`` variable; raise :class:`SettingsError` naming a bad one."""
+        try:
+            devices = parse_devices(
+                env.get("SIE_DEVICES"), gpu_visible=gpu_visible() if gpu is None else gpu
+            )
+        except DeviceError as exc:
+            raise SettingsError(str(exc)) from exc
+        command = env.get("SIE_SGLANG_COMMAND", "").strip()
+        mode = env.get("SIE_CONFIG_API", "read-write").strip().lower() or "read-write"
+        if mode not in _CONFIG_API_MODES:
+            raise SettingsError(
+                f"SIE_CONFIG_API: {mode!r} is not one of {', '.join(_CONFIG_API_MODES)}"
+            )
+        config_dir = env.get("SIE_CONFIG_DIR", "").strip()
+        return cls(
+            devices=devices,
+            bundle=env.get("SIE_BUNDLE", "default").strip() or "default",
+            model_ready_timeout_s=_seconds(env, "SIE_MODEL_READY_TIMEOUT_S"),
+            generate_read_timeout_s=_seconds(env, "SIE_SGLANG_GENERATE_READ_TIMEOUT_S"),
+            api_key=env.get("SIE_API_KEY") or None,
+            sglang_command=tuple(shlex.split(command)) if command else None,
+            pinned_models=tuple(
+                dict.fromkeys(m.strip() for m in env.get("SIE_PINNED_MODELS", "").split(",")
+                              if m.strip())
+            ),
+            liveness_budget_s=_seconds(env, "SIE_WORKER_LIVENESS_BUDGET_S"),
+            config_dir=Path(config_dir) if config_dir else None,
+            config_api=mode,  # type: ignore[arg-type]
+            max_body_bytes=_int(env, "SIE_MAX_BODY_BYTES", 8 * 1024 * 1024),
+            drain_timeout_s=_seconds(env, "SIE_DRAIN_TIMEOUT_S") or 30.0,
+            engine_stop_grace_s=_seconds(env, "SIE_ENGINE_STOP_GRACE_S") or 10.0,
+        )
+
+
+def _seconds(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}: {raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"{name}: must be a finite number of seconds above zero, got {raw}")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}: {raw!r} is not an integer") from None
+    if value <= 0:
+        raise SettingsError(f"{name}: must be above zero, got {raw}")
+    return value
