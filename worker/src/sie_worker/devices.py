@@ -40,10 +40,7 @@ def parse_devices(raw: str | None, *, gpu_visible: bool) -> tuple[str, ...]:
                 "use a comma list such as cuda:0,cuda:1 (or cpu)"
             )
         family, index = match.group(1), match.group(2)
-        if family == "cpu" and index is None:
-            canonical = "cpu"
-        else:
-            canonical = f"{family}:{int(index or 0)}"
+        canonical = "cpu" if family == "cpu" and index is None else f"{family}:{int(index or 0)}"
         families.add(family)
         if canonical not in seen:
             seen.append(canonical)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 __all__ = [
     "EngineTimeout",
@@ -64,13 +63,21 @@ class Problem:
 class SieError(Exception):
     """Base of every error the worker answers with a JSON error body."""
 
-    code: ClassVar[str] = "internal_error"
-    status: ClassVar[int] = 500
+    code: str = "internal_error"
+    status: int = 500
 
-    def __init__(self, message: str, *, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        status: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.headers: dict[str, str] = dict(headers or {})
+        if status is not None:
+            self.status = status
 
     def body(self) -> dict[str, dict[str, str]]:
         return {"error": {"code": self.code, "message": self.message}}
@@ -129,6 +136,9 @@ class PlacementFailed(SieError):
 
     code = "placement_failed"
     status = 409
+
+    def __init__(self, message: str, *, retry_after_s: int = 2) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after_s)})
 
 
 class PayloadTooLarge(SieError):

@@ -72,12 +72,13 @@ class Settings:
             api_key=env.get("SIE_API_KEY") or None,
             sglang_command=tuple(shlex.split(command)) if command else None,
             pinned_models=tuple(
-                dict.fromkeys(m.strip() for m in env.get("SIE_PINNED_MODELS", "").split(",")
-                              if m.strip())
+                dict.fromkeys(
+                    m.strip() for m in env.get("SIE_PINNED_MODELS", "").split(",") if m.strip()
+                )
             ),
             liveness_budget_s=_seconds(env, "SIE_WORKER_LIVENESS_BUDGET_S"),
             config_dir=Path(config_dir) if config_dir else None,
-            config_api=mode,  # type: ignore[arg-type]
+            config_api=mode,
             max_body_bytes=_int(env, "SIE_MAX_BODY_BYTES", 8 * 1024 * 1024),
             drain_timeout_s=_seconds(env, "SIE_DRAIN_TIMEOUT_S") or 30.0,
             engine_stop_grace_s=_seconds(env, "SIE_ENGINE_STOP_GRACE_S") or 10.0,

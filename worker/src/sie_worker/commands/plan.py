@@ -1,15 +1,76 @@
-"""`sie-worker plan` (placeholder: its issue replaces this module)."""
+"""``sie-worker plan FILE [--devices LIST] [--profile NAME]``: what a load would do.
+
+Prints ``{"model", "width", "devices", "argv", "env"}`` as JSON, built by the same
+``resolve_load_options`` and ``plan_launch`` the worker uses, for an empty worker with
+``--devices`` (else ``SIE_DEVICES``): the model goes on the first block of its width, with
+real free ports. ``env`` is the delta over the worker's environment. Starts nothing.
+Exit 1 with the refusal (one ``FILE: <json-path>: <message>`` line per problem) when the load
+would be refused; exit 2 when the environment itself is unusable.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+from sie_worker import ports
+from sie_worker.commands.validate import settings_for
+from sie_worker.config import DEFAULT_PROFILE, load_config_file, served_model
+from sie_worker.errors import InvalidConfig, Problem
+from sie_worker.launch import plan_launch
+from sie_worker.loadtime import adapter_of, resolve_load_options
+from sie_worker.settings import SettingsError
+
+__all__ = ["register", "run"]
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("plan", help="(not yet implemented)")
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "plan",
+        help="print the engine command line and environment a load would use",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    parser.add_argument("file", metavar="FILE", type=Path, help="model config file")
+    parser.add_argument("--devices", metavar="LIST", help="the worker's devices (cuda:0,cuda:1)")
+    parser.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help="profile to plan (default: default)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("sie-worker plan: not implemented yet")
+    try:
+        settings = settings_for(args.devices)
+    except SettingsError as exc:
+        print(f"sie-worker plan: {exc}", file=sys.stderr)
+        return 2
+    try:
+        config = load_config_file(args.file)
+        try:
+            served = served_model(config, args.profile)
+        except KeyError as exc:
+            raise InvalidConfig([Problem("$.profiles", str(exc.args[0]), str(args.file))]) from None
+        options = resolve_load_options(served, settings)
+    except InvalidConfig as exc:
+        for problem in exc.problems:
+            print(problem)
+        return 1
+    devices = settings.devices[: options.width]
+    sglang = adapter_of(served, settings).engine == "sglang"
+    nccl_port = options.nccl_port
+    if sglang and nccl_port is None:
+        nccl_port = ports.pick_port(ports.RENDEZVOUS_PORTS)
+    port = ports.pick_port(ports.ENGINE_PORTS, {nccl_port} if nccl_port else ())
+    plan = plan_launch(
+        served,
+        options,
+        devices,
+        port=port,
+        nccl_port=nccl_port if sglang else None,
+        settings=settings,
+    )
+    print(json.dumps(plan.summary(), indent=2))
+    return 0

@@ -1,29 +1,116 @@
-"""`sie-worker serve` (minimal: answers /healthz; the worker issue grows it)."""
+"""``sie-worker serve``: run the worker until SIGTERM (then drain, stop engines, exit 0)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
 from typing import Any
+
+__all__ = ["register", "run"]
+
+_DESCRIPTION = """\
+Run the worker. It reads the model configs in --config-dir (every *.yaml/*.yml/*.json
+below it; hidden files are skipped), owns the devices in SIE_DEVICES, loads models on
+demand (and the SIE_PINNED_MODELS at start) and serves the HTTP API on --host:--port.
+A config that breaks a rule stops the start, with one line per problem.
+
+Environment: SIE_DEVICES, SIE_BUNDLE, SIE_MODEL_READY_TIMEOUT_S,
+SIE_SGLANG_GENERATE_READ_TIMEOUT_S, SIE_API_KEY, SIE_SGLANG_COMMAND, SIE_PINNED_MODELS,
+SIE_WORKER_LIVENESS_BUDGET_S, SIE_CONFIG_DIR, SIE_CONFIG_API (read-write | read-only |
+disabled), SIE_MAX_BODY_BYTES, SIE_DRAIN_TIMEOUT_S, SIE_ENGINE_STOP_GRACE_S.
+"""
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("serve", help="run the worker")
-    parser.add_argument("--config-dir", default=None)
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8080)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "serve",
+        help="run the worker",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config-dir",
+        type=Path,
+        default=None,
+        help="folder of model configs (default: $SIE_CONFIG_DIR; none: no models)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (engine output is logged at info)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from sie_worker.config import load_config_dir
+    from sie_worker.settings import Settings, SettingsError
+
+    try:
+        settings = Settings.from_env(os.environ)
+    except SettingsError as exc:
+        print(f"sie-worker serve: {exc}", file=sys.stderr)
+        return 1
+    config_dir = args.config_dir or settings.config_dir
+    if config_dir is not None and not config_dir.is_dir():
+        print(f"sie-worker serve: --config-dir {config_dir} is not a folder", file=sys.stderr)
+        return 1
+    settings = settings.with_overrides(config_dir=config_dir, host=args.host, port=args.port)
+    configs, problems = load_config_dir(config_dir) if config_dir else ({}, [])
+    if problems:
+        for problem in sorted(problems):
+            print(problem, file=sys.stderr)
+        print(f"sie-worker serve: {len(problems)} problem(s) in {config_dir}", file=sys.stderr)
+        return 1
+    known = {s for c in configs.values() for s in _served_ids(c)}
+    unknown = [m for m in settings.pinned_models if m not in known]
+    if unknown:
+        print(
+            f"sie-worker serve: SIE_PINNED_MODELS names {', '.join(unknown)}, which no config "
+            f"in {config_dir} serves; fix the list or add the config",
+            file=sys.stderr,
+        )
+        return 1
+
     import uvicorn
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
 
-    async def healthz(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
+    from sie_worker.app import create_app
 
-    app = Starlette(routes=[Route("/healthz", healthz)])
-    uvicorn.run(app, host=args.host, port=args.port)
+    class _Server(uvicorn.Server):
+        """Exit 0 after a SIGTERM: it is how a pod is asked to stop (uvicorn would re-raise
+        the signal once it has drained, ending the process with -15)."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM and sig in self._captured_signals:
+                self._captured_signals.remove(sig)
+
+    app = create_app(settings, configs)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=int(settings.drain_timeout_s),
+        log_config=None,
+    )
+    _Server(config).run()
     return 0
+
+
+def _served_ids(config: Any) -> list[str]:
+    from sie_worker.config import served_models
+
+    return [s.id for s in served_models(config)]

@@ -1,15 +1,220 @@
-"""`sie-worker size` (placeholder: its issue replaces this module)."""
+"""``sie-worker size FILE``: capacity plan for one served model on one GPU type.
+
+Reads the model config, then the model's config.json (``model_path`` or the Hugging Face
+cache, as for the head check; ``--model-dir`` points elsewhere) and its safetensors
+headers or index for the weights. Prints weights, KV cache per token and per sequence,
+total need, the minimum GPUs at the usable fraction, the width to declare (valid for the
+head counts, powers of two preferred), the KV budget and concurrency of one replica,
+replicas per node, a chart pool to start from, and warnings about the declared width and
+kv_budget_tokens. ``--json`` prints the same fields (README: "Sizing"). Units: bytes, and
+GB = 1e9 bytes. Exit 1 on bad input (unreadable config, no config.json and no --params,
+unknown GPU type).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import sys
+from pathlib import Path
 from typing import Any
+
+from sie_worker.capacity import (
+    GPU_TYPE_ENV,
+    Gpu,
+    add_gpu_arguments,
+    gpu_from,
+    kv_bytes_per_value,
+    warnings_for,
+    workload_for,
+)
+from sie_worker.commands import _size_report
+from sie_worker.config import DEFAULT_PROFILE, ServedModel, load_config_file, served_model
+from sie_worker.errors import InvalidConfig, Problem
+from sie_worker.gpus import GpuError, known_types
+from sie_worker.loadtime import declared_width
+from sie_worker.modelshape import ModelPathError, find_config_json
+from sie_worker.modelstats import ModelStatsError, Weights, read_model_stats, resolve_weights
+from sie_worker.sizing import Hardware, ModelSize, plan, plan_weights_only
+
+__all__ = ["register", "run"]
+
+_PARAMS = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")
+_PARAM_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+class _SizeError(Exception):
+    """Bad input: printed as ``sie-worker size: <message>``, exit 1."""
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("size", help="(not yet implemented)")
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "size",
+        help="capacity plan: weights, KV cache, minimum GPUs, width, replicas",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    parser.add_argument("file", metavar="FILE", type=Path, help="model config file")
+    parser.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help="profile to size (default: default)"
+    )
+    add_gpu_arguments(parser)
+    parser.add_argument(
+        "--context",
+        type=_count,
+        metavar="N",
+        help="tokens per sequence (default: tasks.generate.context_length)",
+    )
+    parser.add_argument(
+        "--sequences",
+        type=_count,
+        metavar="N",
+        help="sequences held at once (default: kv_budget_tokens / context, else 1)",
+    )
+    parser.add_argument(
+        "--params",
+        type=_params,
+        metavar="N",
+        help="parameter count, e.g. 70.6B or 7e9 (default: from the safetensors files)",
+    )
+    parser.add_argument(
+        "--bits",
+        type=_bits,
+        metavar="B",
+        help="bits per weight, e.g. 16, 8, 4.5 (default: the config.json dtype/quantization)",
+    )
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        metavar="DIR",
+        help="folder holding config.json (default: model_path, else the Hugging Face cache)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("sie-worker size: not implemented yet")
+    try:
+        report = _report(args)
+    except InvalidConfig as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 1
+    except (_SizeError, GpuError, ModelStatsError, ModelPathError) as exc:
+        print(f"sie-worker size: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(_size_report.to_json(report), indent=2))
+    else:
+        print(_size_report.to_table(report))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> _size_report.Report:
+    config = load_config_file(args.file)
+    try:
+        served = served_model(config, args.profile)
+    except KeyError as exc:
+        raise InvalidConfig([Problem("$.profiles", str(exc.args[0]), str(args.file))]) from None
+    gpu = gpu_from(args.gpu_type, args.gpu_memory)
+    if gpu is None:
+        raise _SizeError(
+            f"name the GPU with --gpu-type (one of: {known_types()}) or --gpu-memory "
+            f"(e.g. 80GB), or set {GPU_TYPE_ENV}"
+        )
+    hardware = Hardware(gpu.memory_bytes, args.usable, args.gpus_per_node)
+    path = _config_json(served, args.model_dir)
+    if path is None:
+        return _weights_only(served, args, gpu, hardware)
+    stats = read_model_stats(path)
+    weights = resolve_weights(
+        stats,
+        params=args.params,
+        bits=args.bits,
+        compute_precision=served.profile.compute_precision,
+    )
+    kv_bytes, kv_source = kv_bytes_per_value(served)
+    choice = workload_for(served, stats, context=args.context, sequences=args.sequences)
+    model = ModelSize(stats.shape, weights.bytes, kv_bytes)
+    return _size_report.Report(
+        served=served,
+        declared_width=declared_width(served),
+        stats=stats,
+        weights=weights,
+        kv_bytes_per_value=kv_bytes,
+        kv_source=kv_source,
+        gpu=gpu,
+        hardware=hardware,
+        workload=choice,
+        plan=plan(model, choice.workload, hardware),
+        warnings=warnings_for(
+            served, stats, weights, hardware, context=choice.workload.context_tokens
+        ),
+    )
+
+
+def _weights_only(
+    served: ServedModel, args: argparse.Namespace, gpu: Gpu, hardware: Hardware
+) -> _size_report.Report:
+    if args.params is None:
+        raise _SizeError(
+            f"{served.config.hf_id}: no config.json in model_path or the Hugging Face cache; "
+            "download it (e.g. `hf download "
+            f"{served.config.hf_id} config.json model.safetensors.index.json`), pass "
+            "--model-dir DIR, or pass --params (and --bits) for a weights-only plan"
+        )
+    bits, bits_source = (args.bits, "--bits") if args.bits else (16.0, "default (16-bit)")
+    weights = Weights(args.params * bits / 8, "parameters x bits / 8", args.params, "--params",
+                      bits, bits_source)  # fmt: skip
+    return _size_report.Report(
+        served=served,
+        declared_width=declared_width(served),
+        stats=None,
+        weights=weights,
+        kv_bytes_per_value=None,
+        kv_source=None,
+        gpu=gpu,
+        hardware=hardware,
+        workload=None,
+        plan=plan_weights_only(weights.bytes, hardware),
+        warnings=[],
+    )
+
+
+def _config_json(served: ServedModel, model_dir: Path | None) -> Path | None:
+    if model_dir is None:
+        return find_config_json(served.config)
+    path = model_dir if model_dir.name == "config.json" else model_dir / "config.json"
+    if not path.is_file():
+        raise _SizeError(f"--model-dir {model_dir}: no config.json there")
+    return path
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1, e.g. 8192")
+    return value
+
+
+def _params(text: str) -> float:
+    match = _PARAMS.match(text)
+    value = float(match.group(1)) * _PARAM_UNITS[match.group(2).lower()] if match else 0.0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a parameter count such as 70.6B, 405B, 500M or 8e9"
+        )
+    return value
+
+
+def _bits(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 32:
+        raise argparse.ArgumentTypeError(f"{text!r}: bits per weight above 0, at most 32, e.g. 16")
+    return value

@@ -1,0 +1,152 @@
+# syntax=docker/dockerfile:1
+#
+# The sie-worker image: one target per bundle (the chart's workers.bundles), built with
+#   docker build --target BUNDLE --build-arg VERSION="$(cat VERSION)" -t IMAGE:TAG .
+# or `make image BUNDLE=...` (README, "Images"). A plain `docker build .` builds `default`.
+#
+#   target        engine                               lock (hash-checked)
+#   default       transformers, CPU or one GPU          requirements/bundle-default.txt
+#   sglang        SGLang 0.5.19 (CUDA 13 wheels)        requirements/bundle-sglang.txt
+#   sglang-cu130  SGLang 0.5.23, CUDA 13.0              requirements/bundle-sglang-cu130.txt
+#
+# Every Python package comes from its lock; the worker's own dependencies carry the versions
+# of requirements/dev.txt, the lock the tests run with (scripts/lock compiles the bundle locks
+# against it). Build stages hold uv and the wheel build; runtime stages get only the finished
+# /opt/venv (and, on CUDA bases, uv's standalone Python in /opt/python), a non-root user
+# whose uid matches the chart's securityContext (10001), and `sie-worker` as entrypoint.
+
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+ARG CUDA13_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
+ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.13.9
+
+FROM ${UV_IMAGE} AS uv
+
+# ---------------------------------------------------------------------------- build stages
+FROM ${PYTHON_IMAGE} AS build
+COPY --from=uv /uv /usr/local/bin/uv
+ENV UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy \
+    UV_NO_CACHE=1 \
+    UV_PYTHON_DOWNLOADS=never
+WORKDIR /src
+COPY requirements/build.txt requirements/build.txt
+COPY schemas/ schemas/
+COPY worker/pyproject.toml worker/README.md worker/
+COPY worker/src/ worker/src/
+# The worker as a wheel (schemas/ become package data), built by the pinned hatchling.
+RUN uv build --wheel --out-dir /dist --require-hashes \
+      --build-constraints requirements/build.txt worker
+
+# CUDA bases carry no Python 3.11: uv's standalone CPython (checksum-verified by uv) goes
+# to /opt/python and is copied next to the venv, at the same path.
+FROM build AS build-cuda
+ARG PYTHON_VERSION=3.11.14
+ENV UV_PYTHON_INSTALL_DIR=/opt/python \
+    UV_PYTHON=${PYTHON_VERSION}
+RUN UV_PYTHON_DOWNLOADS=automatic uv python install "${PYTHON_VERSION}"
+
+FROM build AS build-default
+COPY requirements/bundle-default.txt requirements/
+RUN uv venv --python /usr/local/bin/python3.11 /opt/venv \
+ && uv pip install --python /opt/venv/bin/python --require-hashes --no-deps \
+      -r requirements/bundle-default.txt \
+ && uv pip install --python /opt/venv/bin/python --no-deps /dist/*.whl
+
+FROM build-cuda AS build-sglang
+COPY requirements/bundle-sglang.txt requirements/
+RUN uv venv --managed-python /opt/venv \
+ && uv pip install --python /opt/venv/bin/python --require-hashes --no-deps \
+      -r requirements/bundle-sglang.txt \
+ && uv pip install --python /opt/venv/bin/python --no-deps /dist/*.whl
+
+FROM build-cuda AS build-sglang-cu130
+COPY requirements/bundle-sglang-cu130.txt requirements/
+RUN uv venv --managed-python /opt/venv \
+ && uv pip install --python /opt/venv/bin/python --require-hashes --no-deps \
+      -r requirements/bundle-sglang-cu130.txt \
+ && uv pip install --python /opt/venv/bin/python --no-deps /dist/*.whl
+
+# ------------------------------------------------------------------------- runtime stages
+# The SGLang bundles' common base. Triton (SGLang's kernels) compiles a small C launcher
+# the first time it runs a kernel, so these stages carry a C compiler and libc headers and
+# nothing else of a toolchain; libnuma1 is loaded by SGLang's kernels.
+FROM ${CUDA13_IMAGE} AS sglang-base
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates gcc libc6-dev libnuma1 \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 sie \
+ && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /home/sie --create-home \
+      --shell /usr/sbin/nologin sie
+COPY --from=build-cuda /opt/python /opt/python
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    HOME=/home/sie \
+    HF_HOME=/home/sie/.cache/huggingface
+WORKDIR /home/sie
+EXPOSE 8080
+
+FROM sglang-base AS sglang
+ARG VERSION=0.0.0-dev
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="sie-worker (sglang)" \
+      org.opencontainers.image.description="sie-workers GPU worker, SGLang 0.5.19 bundle" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="https://github.com/sie-workers/sie-workers" \
+      org.opencontainers.image.url="https://github.com/sie-workers/sie-workers" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="nvidia/cuda:13.0.1-runtime-ubuntu24.04" \
+      io.sie-workers.bundle="sglang"
+COPY --from=build-sglang /opt/venv /opt/venv
+ENV SIE_BUNDLE=sglang
+USER 10001:10001
+ENTRYPOINT ["sie-worker"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]
+
+FROM sglang-base AS sglang-cu130
+ARG VERSION=0.0.0-dev
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="sie-worker (sglang-cu130)" \
+      org.opencontainers.image.description="sie-workers GPU worker, SGLang 0.5.23 bundle for CUDA 13.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="https://github.com/sie-workers/sie-workers" \
+      org.opencontainers.image.url="https://github.com/sie-workers/sie-workers" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="nvidia/cuda:13.0.1-runtime-ubuntu24.04" \
+      io.sie-workers.bundle="sglang-cu130"
+COPY --from=build-sglang-cu130 /opt/venv /opt/venv
+ENV SIE_BUNDLE=sglang-cu130
+USER 10001:10001
+ENTRYPOINT ["sie-worker"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]
+
+# Last, so that a plain `docker build .` builds it. The Python base's own installers go:
+# the runtime installs nothing.
+FROM ${PYTHON_IMAGE} AS default
+ARG VERSION=0.0.0-dev
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="sie-worker" \
+      org.opencontainers.image.description="sie-workers worker, transformers engine (CPU or one GPU)" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="https://github.com/sie-workers/sie-workers" \
+      org.opencontainers.image.url="https://github.com/sie-workers/sie-workers" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="python:3.11.14-slim-bookworm" \
+      io.sie-workers.bundle="default"
+RUN python -m pip uninstall --yes --no-cache-dir pip setuptools wheel \
+ && groupadd --system --gid 10001 sie \
+ && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /home/sie --create-home \
+      --shell /usr/sbin/nologin sie
+COPY --from=build-default /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    HOME=/home/sie \
+    HF_HOME=/home/sie/.cache/huggingface \
+    SIE_BUNDLE=default
+WORKDIR /home/sie
+EXPOSE 8080
+USER 10001:10001
+ENTRYPOINT ["sie-worker"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]

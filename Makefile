@@ -1,0 +1,50 @@
+# The README's two commands (`make run`, `make test`) and the chores around them. Every
+# target is idempotent; setup steps skip what their stamps say is already installed.
+.DEFAULT_GOAL := help
+.PHONY: help run test setup setup-tools lock version image images clean-tools
+
+BUNDLES := default sglang sglang-cu130
+IMAGE ?= ghcr.io/sie-workers/sie-worker
+VERSION := $(shell cat VERSION)
+
+help:
+	@echo "make run          set up .venv and serve the quickstart model on :8080 (HOST, PORT)"
+	@echo "make test         set up .venv and .tools, then run every check (scripts/test)"
+	@echo "make setup        Python environment only (.venv, from requirements/*.txt)"
+	@echo "make setup-tools  pinned chart/image tools only (.tools)"
+	@echo "make lock         regenerate requirements/*.txt (UPGRADE=1 to move to newer versions)"
+	@echo "make version      write VERSION into the package and chart (V=x.y.z sets it first)"
+	@echo "make image        build one image bundle with docker (BUNDLE=$(BUNDLES))"
+
+run: setup
+	scripts/run
+
+test: setup setup-tools
+	scripts/test
+
+setup:
+	scripts/setup
+
+setup-tools: setup
+	scripts/setup-tools
+
+lock: setup
+	scripts/lock $(if $(UPGRADE),--upgrade)
+
+version:
+	python3 scripts/version.py $(if $(V),--set $(V),--sync)
+
+# Image tags: IMAGE:VERSION for default, IMAGE:VERSION-BUNDLE for the others, as the chart's
+# workers.bundles.<bundle>.tagSuffix expects.
+BUNDLE ?= default
+image:
+	docker build --target $(BUNDLE) \
+	  --build-arg VERSION=$(VERSION) \
+	  --build-arg REVISION=$(shell git rev-parse HEAD 2>/dev/null || echo unknown) \
+	  -t $(IMAGE):$(VERSION)$(if $(filter default,$(BUNDLE)),,-$(BUNDLE)) .
+
+images:
+	@for b in $(BUNDLES); do $(MAKE) --no-print-directory image BUNDLE=$$b || exit 1; done
+
+clean-tools:
+	rm -rf .tools

@@ -1,0 +1,50 @@
+# Shared by scripts/setup, setup-tools, test, lock, run: paths, environment, small helpers.
+# Source it; it defines no side effects beyond exported variables.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV="$ROOT/.venv"
+TOOLS="$ROOT/.tools"
+STAMPS="$TOOLS/stamps"
+
+# Everything the scripts run comes from the repo's own .tools/ and .venv/ first.
+export PATH="$TOOLS/bin:$VENV/bin:$PATH"
+# Helm keeps plugins, repositories and caches inside .tools/helm, never in $HOME. Helm v4
+# installs plugins under $HELM_DATA_HOME/plugins, so HELM_PLUGINS points there too.
+export HELM_DATA_HOME="$TOOLS/helm/data"
+export HELM_CONFIG_HOME="$TOOLS/helm/config"
+export HELM_CACHE_HOME="$TOOLS/helm/cache"
+export HELM_PLUGINS="$HELM_DATA_HOME/plugins"
+# Go builds use the pinned go.mod/go.sum as they are, with the machine's Go (no toolchain
+# download), and record no VCS data (the tool modules are not repositories).
+export GOFLAGS="-mod=readonly -buildvcs=false"
+export GOTOOLCHAIN=local
+# Never reach a model hub from the test command.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+# Kubernetes release the kubeconform schemas describe (scripts/setup-tools generates them).
+K8S_SCHEMA_VERSION=1.36.3
+K8S_SCHEMAS="$TOOLS/k8s-schemas"
+
+die() {
+  echo "$*" >&2
+  exit 1
+}
+
+# sha256 over files and extra words: the key a stamp is compared with.
+stamp_key() {
+  local files=() words=() arg
+  for arg in "$@"; do
+    if [[ -f "$arg" ]]; then files+=("$arg"); else words+=("$arg"); fi
+  done
+  { cat "${files[@]}" /dev/null; printf '%s\n' "${words[@]}"; } | sha256sum | cut -d' ' -f1
+}
+
+# stamp_ok NAME KEY: true when .tools/stamps/NAME holds KEY.
+stamp_ok() {
+  [[ -f "$STAMPS/$1" && "$(cat "$STAMPS/$1")" == "$2" ]]
+}
+
+stamp_write() {
+  mkdir -p "$STAMPS"
+  printf '%s\n' "$2" >"$STAMPS/$1"
+}

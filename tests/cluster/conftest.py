@@ -1,0 +1,68 @@
+"""Fixtures of the cluster tests: one control plane per session, a namespace and nodes per test."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cluster.controlplane import REPO, ControlPlane, ControlPlaneError
+from tests.cluster.kube import Kube, Nodes
+
+_TOOLS_BIN = REPO / ".tools" / "bin"
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(tmp_path_factory.mktemp("cluster"))
+    try:
+        plane.start()
+    except ControlPlaneError as exc:
+        pytest.fail(f"control plane did not start: {exc}", pytrace=False)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Kube:
+    for tool in ("kubectl", "helm"):
+        if not (_TOOLS_BIN / tool).is_file():
+            pytest.fail(f"{_TOOLS_BIN / tool} is missing; run scripts/setup-tools", pytrace=False)
+    return Kube(
+        kubeconfig=control_plane.kubeconfig,
+        kubectl_bin=_TOOLS_BIN / "kubectl",
+        helm_bin=_TOOLS_BIN / "helm",
+        helm_home=tmp_path_factory.mktemp("helm"),
+    )
+
+
+@pytest.fixture(autouse=True)
+def _components_stay_up(request: pytest.FixtureRequest) -> Iterator[None]:
+    # A component that died mid-test explains every later failure; name it at once.
+    yield
+    if "control_plane" in request.fixturenames:
+        request.getfixturevalue("control_plane").check_alive()
+
+
+def _slug(text: str, size: int) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:size].strip("-")
+
+
+@pytest.fixture
+def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace named after the test; deleted (without waiting) afterwards."""
+    name = f"{_slug(request.node.name.removeprefix('test_'), 50)}-{secrets.token_hex(3)}"
+    kube.kubectl("create", "namespace", name)
+    yield name
+    kube.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
+@pytest.fixture
+def nodes(kube: Kube) -> Iterator[Nodes]:
+    pool = Nodes(kube)
+    yield pool
+    pool.remove_all()

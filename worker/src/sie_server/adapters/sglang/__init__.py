@@ -1,0 +1,33 @@
+"""SGLang adapters: one SGLang engine per model, tensor parallel across its GPU block."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from sie_server.adapters.base import Adapter, EngineKind, Task
+
+__all__ = ["SGLANG_LOADTIME_OPTIONS", "SGLangAdapter"]
+
+# The seed's six options plus disable_cuda_graph; adapters built on these may add more.
+SGLANG_LOADTIME_OPTIONS: tuple[str, ...] = (
+    "tensor_parallel_size",
+    "request_read_timeout_s",
+    "startup_timeout_s",
+    "watchdog_timeout_s",
+    "disable_piecewise_cuda_graph",
+    "nccl_port",
+    "disable_cuda_graph",
+)
+
+
+class SGLangAdapter(Adapter):
+    """Common base of the SGLang adapters (not itself an adapter_path)."""
+
+    engine: ClassVar[EngineKind] = "sglang"
+    loadtime_options = SGLANG_LOADTIME_OPTIONS
+    served_task: ClassVar[Task] = "generate"
+
+    @classmethod
+    def task(cls, tasks: Mapping[str, Any]) -> Task | None:
+        return cls.served_task

@@ -1,0 +1,249 @@
+"""What ``sie-worker size`` prints: the report, as JSON and as an 80-column table.
+
+JSON units: every ``*_bytes`` field is an integer number of bytes; tokens and counts are
+integers; the table shows GB (1e9 bytes) and KiB. The fields are documented in the
+README's "Sizing" section; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from sie_worker.capacity import Gpu, WorkloadChoice
+from sie_worker.config import ServedModel
+from sie_worker.errors import Problem
+from sie_worker.modelstats import ModelStats, Weights
+from sie_worker.sizing import Hardware, Plan, PoolSuggestion
+
+__all__ = ["Report", "to_json", "to_table"]
+
+_WIDTH = 80
+_LABEL = 14
+
+
+@dataclass(frozen=True)
+class Report:
+    served: ServedModel
+    declared_width: int
+    stats: ModelStats | None  # None: no config.json, a weights-only plan
+    weights: Weights
+    kv_bytes_per_value: float | None
+    kv_source: str | None
+    gpu: Gpu
+    hardware: Hardware
+    workload: WorkloadChoice | None
+    plan: Plan
+    warnings: list[Problem]
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+def _pool(pool: PoolSuggestion | None) -> dict[str, Any] | None:
+    if pool is None:
+        return None
+    gpu: dict[str, Any] = {"count": pool.gpu_count}
+    if pool.device_group:
+        gpu["deviceGroup"] = True
+    return {
+        "gpu": gpu,
+        "shmSize": f"{pool.shm_size_gib}Gi",
+        "resources": {
+            "requests": {"memory": f"{pool.memory_request_gib}Gi"},
+            "limits": {"memory": f"{pool.memory_limit_gib}Gi"},
+        },
+    }
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    stats, plan, hw, work = report.stats, report.plan, report.hardware, report.workload
+    shape = stats.shape if stats else None
+    return {
+        "model": report.served.id,
+        "profile": report.served.profile.name,
+        "config_file": report.served.config.source,
+        "config_json": str(stats.config_path) if stats else None,
+        "shape": None
+        if shape is None
+        else {
+            "layers": shape.layers,
+            "attention_heads": shape.attention_heads,
+            "kv_heads": shape.kv_heads,
+            "head_dim": shape.head_dim,
+            "kv_latent_dim": shape.kv_latent_dim,
+        },
+        "params": _int(report.weights.params),
+        "params_source": report.weights.params_source,
+        "bits_per_weight": report.weights.bits_per_weight,
+        "bits_source": report.weights.bits_source,
+        "kv_bytes_per_value": report.kv_bytes_per_value,
+        "kv_bytes_per_value_source": report.kv_source,
+        "gpu": {
+            "type": report.gpu.type,
+            "source": report.gpu.source,
+            "memory_bytes": report.gpu.memory_bytes,
+            "usable_fraction": hw.usable,
+            "usable_bytes": _int(plan.usable_bytes_per_gpu),
+            "gpus_per_node": hw.gpus_per_node,
+        },
+        "context_tokens": work.workload.context_tokens if work else None,
+        "context_source": work.context_source if work else None,
+        "sequences": work.workload.sequences if work else None,
+        "sequences_source": work.sequences_source if work else None,
+        "weights_bytes": _int(plan.weights_bytes),
+        "weights_source": report.weights.source,
+        "kv_bytes_per_token": _int(plan.kv_bytes_per_token),
+        "kv_bytes_per_sequence": _int(plan.kv_bytes_per_sequence),
+        "kv_bytes_total": _int(plan.kv_bytes_total),
+        "total_bytes": _int(plan.total_bytes),
+        "min_gpus": plan.min_gpus,
+        "min_gpus_weights_only": plan.min_gpus_weights_only,
+        "width": plan.width.width,
+        "width_reason": plan.width.reason,
+        "valid_widths": list(plan.width.valid) if stats else None,
+        "weights_bytes_per_gpu": _int(plan.weights_bytes_per_gpu),
+        "kv_budget_bytes_per_replica": _int(plan.kv_budget_bytes_per_replica),
+        "kv_budget_tokens_per_replica": plan.kv_budget_tokens_per_replica,
+        "concurrency_per_replica": plan.concurrency_per_replica,
+        "replicas_per_node": plan.replicas_per_node,
+        "pool": _pool(plan.pool),
+        "declared": {
+            "tensor_parallel_size": report.declared_width,
+            "kv_budget_tokens": report.served.profile.kv_budget_tokens,
+        },
+        "warnings": [{"path": w.path, "message": w.message} for w in report.warnings],
+    }
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB"
+
+
+def _n(n: int) -> str:
+    return f"{n:,}"
+
+
+def _rows(report: Report) -> list[tuple[str, str]]:
+    stats, plan, hw, work, w = (
+        report.stats,
+        report.plan,
+        report.hardware,
+        report.workload,
+        report.weights,
+    )
+    rows: list[tuple[str, str]] = []
+    if stats:
+        s = stats.shape
+        attention = (
+            f"latent {s.kv_latent_dim}"
+            if s.kv_latent_dim
+            else f"{s.kv_heads} KV heads, head_dim {s.head_dim}"
+        )
+        rows.append(
+            ("shape", f"{s.layers} layers, {s.attention_heads} attention heads, {attention}")
+        )
+    else:
+        rows.append(("shape", "unknown (no config.json): weights only"))
+    how = (
+        f"{w.params / 1e9:,.2f}B params x {w.bits_per_weight:g} bits"
+        if w.params and w.bits_per_weight
+        else ""
+    )
+    rows.append(
+        ("weights", f"{_gb(plan.weights_bytes)}  ({', '.join(x for x in (how, w.source) if x)})")
+    )
+    if work and plan.kv_bytes_per_token and plan.kv_bytes_per_sequence and plan.kv_bytes_total:
+        ctx, seqs = work.workload.context_tokens, work.workload.sequences
+        rows.append(
+            (
+                "KV cache",
+                f"{plan.kv_bytes_per_token / 1024:,.0f} KiB per token "
+                f"({report.kv_bytes_per_value:g} bytes per value, {report.kv_source}); "
+                f"{_gb(plan.kv_bytes_per_sequence)} per {_n(ctx)}-token sequence; "
+                f"{_gb(plan.kv_bytes_total)} for {_n(seqs)} "
+                f"({work.context_source}; {work.sequences_source})",
+            )
+        )
+    rows.append(("total need", _gb(plan.total_bytes)))
+    gpu = report.gpu
+    rows.append(
+        (
+            "GPU",
+            f"{gpu.type or 'custom'}, {_gb(gpu.memory_bytes)} ({gpu.source}); "
+            f"{_gb(plan.usable_bytes_per_gpu)} usable at {hw.usable:g}; "
+            f"{hw.gpus_per_node} per node",
+        )
+    )
+    rows.append(
+        ("min GPUs", f"{plan.min_gpus} ({plan.min_gpus_weights_only} for the weights alone)")
+    )
+    width = plan.width.width
+    valid = f" Valid widths: {', '.join(map(str, plan.width.valid))}." if plan.width.valid else ""
+    rows.append(("width", f"{width if width else 'none'}: {plan.width.reason}.{valid}"))
+    if width and plan.weights_bytes_per_gpu is not None:
+        rows.append(("per GPU", f"{_gb(plan.weights_bytes_per_gpu)} of weights"))
+    if plan.kv_budget_bytes_per_replica is not None:
+        budget = f"{_gb(plan.kv_budget_bytes_per_replica)} of KV budget"
+        if plan.kv_budget_tokens_per_replica is not None and work:
+            budget += (
+                f" = {_n(plan.kv_budget_tokens_per_replica)} tokens = "
+                f"{_n(plan.concurrency_per_replica or 0)} sequences of "
+                f"{_n(work.workload.context_tokens)} at once"
+            )
+        rows.append(("per replica", budget))
+    if plan.replicas_per_node is not None:
+        rows.append(("per node", f"{plan.replicas_per_node} replica(s) of width {width}"))
+    declared = f"tensor_parallel_size {report.declared_width}"
+    if report.served.profile.kv_budget_tokens is not None:
+        declared += f", kv_budget_tokens {_n(report.served.profile.kv_budget_tokens)}"
+    rows.append(("declared", declared))
+    return rows
+
+
+def _pool_lines(pool: dict[str, Any] | None) -> list[str]:
+    if pool is None:
+        return []
+    lines = [
+        "pool (chart values to start from; measure, then adjust):",
+        "  gpu:",
+        f"    count: {pool['gpu']['count']}",
+    ]
+    if pool["gpu"].get("deviceGroup"):
+        lines.append("    deviceGroup: true")
+    resources = pool["resources"]
+    lines += [
+        f"  shmSize: {pool['shmSize']}",
+        "  resources:",
+        "    requests:",
+        f"      memory: {resources['requests']['memory']}",
+        "    limits:",
+        f"      memory: {resources['limits']['memory']}",
+    ]
+    return lines
+
+
+def to_table(report: Report) -> str:
+    """The report as label/value rows wrapped to 80 columns, the pool, then warnings."""
+    lines = [f"{report.served.id} (profile {report.served.profile.name})"]
+    indent = " " * _LABEL
+    for label, text in _rows(report):
+        lines += textwrap.wrap(
+            text,
+            _WIDTH,
+            initial_indent=label.ljust(_LABEL),
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+    lines += _pool_lines(_pool(report.plan.pool))
+    for warning in report.warnings:
+        lines += textwrap.wrap(
+            f"{warning.path}: {warning.message}",
+            _WIDTH,
+            initial_indent="warning: ",
+            subsequent_indent="         ",
+            break_on_hyphens=False,
+        )
+    return "\n".join(lines)

@@ -1,0 +1,222 @@
+"""One engine subprocess: start it, wait until it is ready, watch it, stop it.
+
+Each engine runs in its own process group (so stopping it stops every rank it spawned),
+with a parent-death signal so it never outlives a worker killed with SIGKILL. Its output
+goes to the worker log, prefixed with the model id; the last lines are kept for errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+import httpx
+
+from sie_worker.errors import LoadFailed, StartupTimeout
+
+__all__ = ["EngineProcess", "PortInUse"]
+
+_log = logging.getLogger("sie_worker.engine")
+_PR_SET_PDEATHSIG = 1
+_TAIL_LINES = 40
+_PORT_IN_USE_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
+
+try:  # Loaded once, before any fork: the child only makes the call.
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - non-glibc platforms
+    _libc = None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+async def _exited(pid: int) -> None:
+    """Wait until process ``pid`` has exited (a pidfd becomes readable; polling without one)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        while _running(pid):
+            await asyncio.sleep(0.05)
+        return
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(fd, _set_once, done)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+def _set_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _running(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return waited == 0
+
+
+class PortInUse(LoadFailed):
+    """The engine could not bind its port; the caller retries on another one."""
+
+
+class EngineProcess:
+    """A running engine. Create with :meth:`start`; always finish with :meth:`stop`."""
+
+    def __init__(self, model: str, process: asyncio.subprocess.Process, port: int) -> None:
+        self.model = model
+        self.port = port
+        self.process = process
+        self.tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        self.stopping = False
+        self.started_at = time.monotonic()
+        self._reader = asyncio.create_task(self._relay_output(), name=f"engine-log:{model}")
+        self._exited = asyncio.create_task(self._wait_exit(), name=f"engine-wait:{model}")
+
+    @classmethod
+    async def start(
+        cls, model: str, argv: Sequence[str], env: Mapping[str, str], port: int
+    ) -> EngineProcess:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                env=dict(env),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            raise LoadFailed(f"{model}: cannot start engine {argv[0]!r}: {exc}") from exc
+        _log.info("%s: engine started (pid %d, port %d)", model, process.pid, port)
+        return cls(model, process, port)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    @property
+    def exited(self) -> asyncio.Task[int]:
+        """Completes with the exit code when the engine's main process ends."""
+        return self._exited
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_tail(self, lines: int = 15) -> str:
+        return "\n".join(list(self.tail)[-lines:])
+
+    async def wait_ready(
+        self, client: httpx.AsyncClient, health_path: str, timeout_s: float
+    ) -> None:
+        """Poll the health endpoint until it answers 200, the engine exits, or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        url = self.base_url + health_path
+        while True:
+            if self._exited.done():
+                await self._reader_drained()
+                raise self._startup_exit_error()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise StartupTimeout(
+                    f"{self.model}: engine not ready within startup_timeout_s={timeout_s:g}s; "
+                    "raise adapter_options.loadtime.startup_timeout_s if the model needs longer"
+                    + self._tail_suffix()
+                )
+            try:
+                response = await client.get(url, timeout=min(2.0, max(remaining, 0.05)))
+                if response.status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            # Wake early if the engine exits while we sleep.
+            await asyncio.wait({self._exited}, timeout=min(delay, max(remaining, 0.0)))
+            delay = min(delay * 1.5, 0.5)
+
+    async def stop(self, grace_s: float) -> int | None:
+        """SIGTERM the process group, SIGKILL it after ``grace_s``; reap; return the exit code."""
+        self.stopping = True
+        if not self._exited.done():
+            self._signal_group(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._exited), timeout=grace_s)
+            except TimeoutError:
+                _log.warning("%s: engine ignored SIGTERM for %gs; killing", self.model, grace_s)
+        # Kill whatever is left in the group (ranks the main process spawned), then reap.
+        self._signal_group(signal.SIGKILL)
+        code = await self._exited
+        await self._reader_drained()
+        return code
+
+    def _signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signum)
+
+    async def _wait_exit(self) -> int:
+        # Not process.wait(): on Python 3.11 it also waits until every copy of the output
+        # pipe is closed, which a surviving child of the engine can keep open forever.
+        await _exited(self.process.pid)
+        while self.process.returncode is None:  # the child watcher reaps it momentarily
+            await asyncio.sleep(0.005)
+        code = self.process.returncode
+        level = logging.INFO if self.stopping else logging.WARNING
+        _log.log(level, "%s: engine exited with code %s", self.model, code)
+        return code
+
+    async def _reader_drained(self) -> None:
+        """Let the last output arrive; then stop reading even if a stray child holds the pipe."""
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._reader), timeout=1.0)
+        if not self._reader.done():
+            self._reader.cancel()
+            transport = getattr(self.process, "_transport", None)  # no public close
+            if transport is not None:
+                transport.close()
+
+    async def _relay_output(self) -> None:
+        stream = self.process.stdout
+        assert stream is not None
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # a line longer than the stream limit: take what is there
+                raw = await stream.read(64 * 1024)
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.tail.append(line)
+            _log.info("[%s] %s", self.model, line)
+
+    def _startup_exit_error(self) -> LoadFailed:
+        code = self._exited.result()
+        tail = self.log_tail()
+        if any(marker in tail.lower() for marker in _PORT_IN_USE_MARKERS):
+            return PortInUse(f"{self.model}: engine port {self.port} is already in use")
+        return LoadFailed(
+            f"{self.model}: engine exited during startup with code {code}" + self._tail_suffix()
+        )
+
+    def _tail_suffix(self) -> str:
+        tail = self.log_tail(8)
+        return f"; last engine output:\n{tail}" if tail else ""

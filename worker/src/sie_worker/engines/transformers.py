@@ -1,0 +1,50 @@
+"""The default engine: one transformers / sentence-transformers model behind OpenAI-style HTTP.
+
+The worker launches it like SGLang, as a subprocess on 127.0.0.1 with its device mask::
+
+    python -m sie_worker.engines.transformers --model-path DIR_OR_ID --host 127.0.0.1 \\
+        --port N --task {encode,generate} [--served-model-name ID] [--dtype ...] \\
+        [--device auto|cpu|cuda] [--threads N] [--max-batch-size N] [--revision REV] \\
+        [--context-length N]
+
+It serves ``GET /health`` (503 while loading, 200 once the model is loaded), ``GET
+/v1/models``, ``POST /v1/embeddings`` (task encode), ``POST /v1/completions`` and
+``/v1/chat/completions`` (task generate; ``stream: true`` sends server-sent events ending
+with ``data: [DONE]``). Errors are ``{"error": {"message", "type", "code", "param"}}``.
+It never reaches a model hub for a local directory, and honours ``HF_HUB_OFFLINE=1``.
+Importing this module is cheap; torch is imported only when :func:`main` runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from sie_worker.engines._options import parse_options
+
+    options = parse_options(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # why: the worker relays this log line by line; progress bars only add noise there
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from sie_worker.engines._server import serve
+
+    return serve(options)
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # why: a model load or generation still running on the model thread must not delay the
+    # exit after SIGTERM (interpreter shutdown would join that thread)
+    os._exit(code)

@@ -1,0 +1,218 @@
+"""SGLang flags the worker reserves, matched exactly as SGLang's argparse would match them.
+
+SGLang's parser has ``allow_abbrev`` on: ``--tp=2`` sets ``--tp-size`` because ``--tp`` is the
+unique prefix of it. The worker never imports SGLang, so it resolves tokens against option
+tables generated from SGLang's own parser (``scripts/sglang-options`` writes
+``data/sglang-options-<version>.json``). A token is refused when, in any shipped table, it
+resolves to a reserved ``dest`` or is an ambiguous prefix with a reserved candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from sie_worker.sglang_version import version_key
+
+__all__ = [
+    "RESERVED_DESTS",
+    "FlagMatch",
+    "OptionTable",
+    "disables_cuda_graph",
+    "fallback_table",
+    "option_tables",
+    "reserved_flag_problem",
+    "reserved_flag_problems",
+    "resolve",
+]
+
+_DATA = Path(__file__).resolve().parent / "data"
+_TABLE_FILE = re.compile(r"^sglang-options-(?P<version>[0-9][0-9A-Za-z.+-]*)\.json$")
+
+# dest -> (why the worker owns it, how to fix the config).
+_SINGLE_ENGINE = (
+    "SIE reserves GPUs from the declared width alone and runs one single-node engine per model"
+)
+_MASK = "the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES"
+_LISTENER = (
+    "SIE owns the engine's HTTP host and port (the worker server's own --host/--port are separate)"
+)
+_REASONS: Mapping[str, tuple[str, str]] = {
+    "tp_size": (
+        "the worker sets it from the declared width",
+        "remove it and set adapter_options.loadtime.tensor_parallel_size",
+    ),
+    "dp_size": (_SINGLE_ENGINE, "remove it; run more worker replicas for more copies"),
+    "ep_size": (_SINGLE_ENGINE, "remove it"),
+    "pp_size": (_SINGLE_ENGINE, "remove it; tensor_parallel_size splits the model"),
+    "nnodes": (_SINGLE_ENGINE, "remove it"),
+    "node_rank": (_SINGLE_ENGINE, "remove it"),
+    "dist_init_addr": (_SINGLE_ENGINE, "remove it"),
+    "base_gpu_id": (_MASK, "remove it"),
+    "gpu_id_step": (_MASK, "remove it"),
+    "host": (_LISTENER, "remove it"),
+    "port": (_LISTENER, "remove it"),
+    "nccl_port": (
+        "the worker sets the rendezvous port",
+        "remove it and set adapter_options.loadtime.nccl_port to choose one",
+    ),
+}
+RESERVED_DESTS: frozenset[str] = frozenset(_REASONS)
+
+# The seed's list; used only when no generated table ships (should not happen).
+_FALLBACK_OPTIONS: Mapping[str, str] = {
+    "--tensor-parallel-size": "tp_size",
+    "--tp-size": "tp_size",
+    "--data-parallel-size": "dp_size",
+    "--dp-size": "dp_size",
+    "--expert-parallel-size": "ep_size",
+    "--ep-size": "ep_size",
+    "--ep": "ep_size",
+    "--pipeline-parallel-size": "pp_size",
+    "--pp-size": "pp_size",
+    "--nnodes": "nnodes",
+    "--node-rank": "node_rank",
+    "--dist-init-addr": "dist_init_addr",
+    "--nccl-init-addr": "dist_init_addr",
+    "--base-gpu-id": "base_gpu_id",
+    "--gpu-id-step": "gpu_id_step",
+    "--host": "host",
+    "--port": "port",
+    "--nccl-port": "nccl_port",
+}
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """One SGLang release's ``{option string: dest}``; ``complete`` is False for the fallback."""
+
+    version: str
+    options: Mapping[str, str]
+    complete: bool = True
+
+    def strings_of(self, dest: str) -> tuple[str, ...]:
+        """Every option string of one action, long form first (``--tensor-parallel-size``)."""
+        found = [s for s, d in self.options.items() if d == dest]
+        return tuple(sorted(found, key=lambda s: (-len(s), s)))
+
+
+@dataclass(frozen=True)
+class FlagMatch:
+    """How one argv token resolves: the option strings it may set, and their dests.
+
+    ``candidates`` holds one option string for an exact or unique-prefix match, several
+    for an ambiguous prefix (argparse refuses those), none when nothing matches.
+    """
+
+    token: str
+    candidates: tuple[str, ...]
+    dests: tuple[str, ...]
+
+    @property
+    def ambiguous(self) -> bool:
+        # Python 3.11's argparse refuses a prefix of several option strings, even of one action.
+        return len(self.candidates) > 1
+
+    @property
+    def dest(self) -> str | None:
+        return self.dests[0] if len(self.candidates) == 1 else None
+
+
+def resolve(token: str, table: OptionTable) -> FlagMatch:
+    """Resolve ``token`` like argparse (``allow_abbrev=True``, ``prefix_chars='-'``).
+
+    Exact option string first (also before the ``=``), else every option string that starts
+    with the part before ``=``. Single-dash tokens cannot reach SGLang's long options, and a
+    token with a space and no ``=`` is a positional value to argparse.
+    """
+    if token in table.options:
+        return FlagMatch(token, (token,), (table.options[token],))
+    if not token.startswith("--") or (" " in token and "=" not in token):
+        return FlagMatch(token, (), ())
+    option = token.split("=", 1)[0]
+    if option in table.options:
+        return FlagMatch(token, (option,), (table.options[option],))
+    hits = sorted(s for s in table.options if s.startswith(option))
+    return FlagMatch(token, tuple(hits), tuple(table.options[s] for s in hits))
+
+
+@cache
+def option_tables() -> tuple[OptionTable, ...]:
+    """The shipped tables, newest SGLang first; the seed's list when none ships."""
+    tables: list[OptionTable] = []
+    if _DATA.is_dir():
+        for path in _DATA.iterdir():
+            match = _TABLE_FILE.match(path.name)
+            if match is None:
+                continue
+            data = json.loads(path.read_text(encoding="utf-8"))
+            options = {str(k): str(v) for k, v in data["options"].items()}
+            tables.append(OptionTable(match.group("version"), options))
+    if not tables:
+        return (fallback_table(),)
+    tables.sort(key=lambda t: version_key(t.version), reverse=True)
+    return tuple(tables)
+
+
+def fallback_table() -> OptionTable:
+    """The seed's reserved flags alone: any prefix of one of them counts as that flag."""
+    return OptionTable("fallback", dict(_FALLBACK_OPTIONS), complete=False)
+
+
+def _describe(option_strings: Iterable[str]) -> str:
+    return "/".join(option_strings)
+
+
+def reserved_flag_problem(token: str, tables: Sequence[OptionTable] | None = None) -> str | None:
+    """The refusal message for one ``extra_launch_args`` token, or None when it is allowed."""
+    for table in tables if tables is not None else option_tables():
+        match = resolve(token, table)
+        reserved = [d for d in dict.fromkeys(match.dests) if d in RESERVED_DESTS]
+        if not reserved:
+            continue
+        names = " or ".join(_describe(table.strings_of(d)) for d in reserved)
+        why, fix = _REASONS[reserved[0]]
+        if len(reserved) > 1:
+            why, fix = "SIE sets placement and listener flags itself", "remove it"
+        option = token.split("=", 1)[0]
+        if option in table.options:
+            return f"{token!r} sets the reserved flag {names}: {why}; {fix}"
+        if not table.complete:
+            return f"{token!r} is a prefix of the reserved flag {names}: {why}; {fix}"
+        if match.ambiguous:
+            return (
+                f"{token!r} is an ambiguous abbreviation that SGLang may read as the reserved "
+                f"flag {names}: {why}; spell out the option you mean"
+            )
+        return (
+            f"{token!r} abbreviates the reserved flag {names} (SGLang accepts any unambiguous "
+            f"prefix): {why}; {fix}"
+        )
+    return None
+
+
+def reserved_flag_problems(
+    args: Sequence[str], tables: Sequence[OptionTable] | None = None
+) -> list[tuple[int, str]]:
+    """``(index, message)`` for every token of ``args`` that sets a reserved flag."""
+    problems: list[tuple[int, str]] = []
+    for index, token in enumerate(args):
+        message = reserved_flag_problem(token, tables)
+        if message is not None:
+            problems.append((index, message))
+    return problems
+
+
+def disables_cuda_graph(args: Sequence[str], tables: Sequence[OptionTable] | None = None) -> bool:
+    """Whether ``args`` holds a flag that SGLang reads as ``--disable-cuda-graph``."""
+    chosen = tables if tables is not None else option_tables()
+    for token in args:
+        for table in chosen:
+            match = resolve(token, table)
+            if match.dest == "disable_cuda_graph":
+                return True
+    return False

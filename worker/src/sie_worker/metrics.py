@@ -1,0 +1,53 @@
+"""The worker's Prometheus metrics, on a registry of its own (one per app, so tests stay apart)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["STATES", "WorkerMetrics"]
+
+STATES = ("unloaded", "loading", "ready", "failed")
+_LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
+
+
+class WorkerMetrics:
+    def __init__(self, device_count: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.devices = Gauge("sie_devices", "Devices this worker owns (SIE_DEVICES).", registry=r)
+        self.devices.set(device_count)
+        self.devices_claimed = Gauge(
+            "sie_devices_claimed", "Devices claimed by a loading or ready model.", registry=r
+        )
+        self.models = Gauge("sie_models", "Served models by state.", ["state"], registry=r)
+        for state in STATES:
+            self.models.labels(state=state).set(0)
+        self.loads = Counter("sie_model_loads", "Model loads by outcome.", ["outcome"], registry=r)
+        self.evictions = Counter(
+            "sie_model_evictions",
+            "Models stopped by reason: make_room (evicted for another load), requested "
+            "(unload call), engine_exit (engine crashed), config_removed, shutdown.",
+            ["reason"],
+            registry=r,
+        )
+        self.load_duration = Histogram(
+            "sie_model_load_duration_seconds",
+            "Time from a load starting to the engine being ready.",
+            buckets=_LOAD_BUCKETS,
+            registry=r,
+        )
+        self.placement_failures = Counter(
+            "sie_placement_failures", "Loads refused because no block could be freed.", registry=r
+        )
+        self.inflight = Gauge(
+            "sie_inflight_requests", "Requests being served, by model.", ["model"], registry=r
+        )
+        self.request_duration = Histogram(
+            "sie_request_duration_seconds",
+            "OpenAI request duration (to the last byte), by model and HTTP status.",
+            ["model", "code"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

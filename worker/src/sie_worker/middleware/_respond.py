@@ -1,0 +1,20 @@
+"""Send a DESIGN.md error body straight from middleware (before any route runs)."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import Send
+
+from sie_worker.errors import SieError
+
+
+async def send_error(send: Send, error: SieError) -> None:
+    body = json.dumps(error.body()).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,426 @@
+"""The pod's slot router (``sie-worker route``): one endpoint in front of the pod's workers.
+
+Each slot is one worker on a localhost port. OpenAI requests go to the slot the policy in
+:mod:`sie_worker.router_policy` picks for their ``model``; model management calls go to a
+slot named by ``?slot=N`` or ``X-SIE-Slot: N``, else to where the model lives (``load``
+and ``pin`` of a model that lives nowhere go where a request would). ``/v1/models`` and
+``/v1/devices`` merge every slot's answer and say which slot serves what.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+import anyio
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sie_worker.errors import (
+    EngineUnavailable,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    SieError,
+    UnknownModel,
+)
+from sie_worker.router_auth import BearerAuth
+from sie_worker.router_merge import merge_devices, merge_models
+from sie_worker.router_metrics import RouterMetrics
+from sie_worker.router_policy import Decision
+from sie_worker.router_relay import (
+    RelayResponse,
+    Upstream,
+    error_response,
+    fan_out,
+    forward_headers,
+)
+from sie_worker.router_settings import RouterSettings
+from sie_worker.router_state import RoutingPolicy, SlotTable
+
+__all__ = ["SLOT_HEADER", "build_client", "create_router_app"]
+
+SLOT_HEADER = "x-sie-slot"
+_OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+_ACTIONS = ("load", "unload", "pin", "unpin")
+_Pick = Callable[[frozenset[int]], Awaitable[Decision]]  # slot choice, given slots to avoid
+
+
+def build_client(settings: RouterSettings) -> httpx.AsyncClient:
+    """The pooled client the router uses for every worker call (never the env's proxies)."""
+    return httpx.AsyncClient(
+        trust_env=False,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+        timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
+    )
+
+
+def create_router_app(
+    settings: RouterSettings,
+    *,
+    client: httpx.AsyncClient | None = None,
+    policy: RoutingPolicy | None = None,
+) -> Starlette:
+    """The router app; ``client`` (e.g. over ``MockTransport``) replaces the pooled one."""
+    router = _Router(settings, client, policy)
+    routes = [
+        Route("/healthz", router.healthz, methods=["GET"]),
+        Route("/readyz", router.readyz, methods=["GET"]),
+        Route("/metrics", router.metrics, methods=["GET"]),
+        Route("/v1/models", router.list_models, methods=["GET"]),
+        Route("/v1/devices", router.list_devices, methods=["GET"]),
+        Route("/v1/models/{rest:path}", router.model_call, methods=["GET", "POST"]),
+        *[Route(p, router.openai, methods=["POST"]) for p in _OPENAI_PATHS],
+        Route("/v1/configs", router.configs, methods=["GET"]),
+        Route("/v1/configs/{rest:path}", router.configs, methods=["GET", "PUT", "DELETE"]),
+        Route("/v1/{rest:path}", router.passthrough, methods=["GET", "POST", "PUT", "DELETE"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(BearerAuth, api_key=settings.api_key)],
+        exception_handlers={SieError: _render_error, HTTPException: _render_http_error},
+        lifespan=router.lifespan,
+    )
+    app.state.table = router.table
+    return app
+
+
+class _Router:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        client: httpx.AsyncClient | None,
+        policy: RoutingPolicy | None,
+    ) -> None:
+        self.settings = settings
+        self.table = SlotTable(settings, RouterMetrics(settings.slot_count), policy=policy)
+        self._injected = client
+        self._client: httpx.AsyncClient | None = client
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise RuntimeError("the router app was not started (lifespan not run)")
+        return self._client
+
+    @asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._client = self._injected or build_client(self.settings)
+        try:
+            async with anyio.create_task_group() as tg:
+                for slot in range(self.settings.slot_count):
+                    tg.start_soon(self.table.run_poller, slot, self._client)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            if self._injected is None:
+                await self._client.aclose()
+
+    # -- probes and metrics --------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        body = {
+            "status": "ready" if self.table.any_ready() else "not_ready",
+            "slots": self._slot_summaries(),
+        }
+        return JSONResponse(body, status_code=200 if self.table.any_ready() else 503)
+
+    async def metrics(self, request: Request) -> Response:
+        data = generate_latest(self.table.metrics.registry)
+        return Response(data, headers={"content-type": CONTENT_TYPE_LATEST})
+
+    # -- merged views --------------------------------------------------------------------
+
+    async def list_models(self, request: Request) -> Response:
+        answers = await self._ask_all("/v1/models", request)
+        return JSONResponse(
+            {"object": "list", "data": merge_models(answers), "slots": self._slot_summaries()}
+        )
+
+    async def list_devices(self, request: Request) -> Response:
+        answers = await self._ask_all("/v1/devices", request)
+        return JSONResponse({"devices": merge_devices(answers), "slots": self._slot_summaries()})
+
+    # -- model calls ---------------------------------------------------------------------
+
+    async def model_call(self, request: Request) -> Response:
+        rest: str = request.path_params["rest"]
+        model, _, action = rest.rpartition("/")
+        if request.method == "GET":
+            return await self._get_model(rest, request)
+        if action not in _ACTIONS or not model:
+            raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{{','.join(_ACTIONS)}}}")
+        named = _named_slot(request, self.settings.slot_count)
+        upstream = await self._upstream(request, model=model)
+        if named is not None:
+            return self._relay(upstream, self._to_named(named))
+        await self._first_poll()
+        if action != "load":
+            holders = self._holders(model, pinned_only=action == "unpin")
+            if holders:
+                return await fan_out(self.table, self.client, upstream, holders)
+            if action != "pin":
+                return self._relay(upstream, self._to_any)
+        return self._relay(upstream, self._by_policy(model))
+
+    async def _get_model(self, model: str, request: Request) -> Response:
+        answers = await self._ask_all("/v1/models", request)
+        for entry in merge_models(answers):
+            if entry.get("id") == model:
+                return JSONResponse(entry)
+        raise UnknownModel(f"model {model!r} is not configured on any slot of this pod")
+
+    # -- OpenAI requests and the rest ----------------------------------------------------
+
+    async def openai(self, request: Request) -> Response:
+        upstream = await self._upstream(request, model=None)
+        model = _model_of(upstream.body)
+        upstream = Upstream(
+            upstream.method, upstream.target, upstream.headers, upstream.body, model
+        )
+        named = _named_slot(request, self.settings.slot_count)
+        if named is not None:
+            return self._relay(upstream, self._to_named(named))
+        await self._first_poll()
+        return self._relay(upstream, self._by_policy(model))
+
+    async def configs(self, request: Request) -> Response:
+        named = _named_slot(request, self.settings.slot_count)
+        upstream = await self._upstream(request, model=None)
+        if named is not None:
+            return self._relay(upstream, self._to_named(named))
+        await self._first_poll()
+        if request.method == "GET":
+            return self._relay(upstream, self._to_any)
+        # Every slot serves the same config set, so writes go to all that answer.
+        up = [s.index for s in self.table.slots if s.up]
+        if not up:
+            raise self._no_slot()
+        return await fan_out(self.table, self.client, upstream, up)
+
+    async def passthrough(self, request: Request) -> Response:
+        named = _named_slot(request, self.settings.slot_count)
+        upstream = await self._upstream(request, model=None)
+        await self._first_poll()
+        route = self._to_named(named) if named is not None else self._to_any
+        return self._relay(upstream, route)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _relay(self, upstream: Upstream, route: _Pick) -> Response:
+        return RelayResponse(self.table, self.client, upstream, route)
+
+    def _by_policy(self, model: str) -> _Pick:
+        async def route(exclude: frozenset[int]) -> Decision:
+            deadline = time.monotonic() + self.settings.queue_timeout_s
+            queued = False
+            try:
+                while True:
+                    decision = self.table.decide(model, exclude=exclude)
+                    if decision is None:
+                        raise self._no_slot()
+                    if decision.reason != "wait":
+                        return decision
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return Decision(decision.slot, "least_outstanding")
+                    if not queued:
+                        self.table.metrics.queued.inc()
+                        queued = True
+                    with anyio.move_on_after(remaining):
+                        await self.table.changed()
+            finally:
+                if queued:
+                    self.table.metrics.queued.dec()
+
+        return route
+
+    async def _to_any(self, exclude: frozenset[int]) -> Decision:
+        candidates = [s for s in self.table.slots if s.up and s.index not in exclude]
+        if not candidates:
+            raise self._no_slot()
+        best = min(candidates, key=lambda s: (s.outstanding, s.index))
+        return Decision(best.index, "least_outstanding")
+
+    def _to_named(self, slot: int) -> _Pick:
+        async def route(exclude: frozenset[int]) -> Decision:
+            state = self.table.slots[slot]
+            if slot in exclude or (not state.up and state.failures > 0):
+                raise EngineUnavailable(
+                    f"slot {slot} ({state.url}) is not answering: {state.last_error}"
+                )
+            return Decision(slot, "named_slot")
+
+        return route
+
+    def _holders(self, model: str, *, pinned_only: bool) -> list[int]:
+        holders = []
+        for view in self.table.views():
+            entry = view.models.get(model)
+            if not view.up or entry is None:
+                continue
+            if entry.pinned if pinned_only else entry.state in ("ready", "loading"):
+                holders.append(view.index)
+        return holders
+
+    def _no_slot(self) -> EngineUnavailable:
+        detail = "; ".join(
+            f"slot {s.index} ({s.url}): {s.last_error or 'not polled yet'}"
+            for s in self.table.slots
+        )
+        return EngineUnavailable(f"no slot of this pod is answering ({detail})")
+
+    async def _first_poll(self) -> None:
+        """Right after start, wait (bounded) until every slot was polled once."""
+        if self.table.polled_once.is_set():
+            return
+        metrics = self.table.metrics
+        metrics.queued.inc()
+        try:
+            with anyio.move_on_after(self.settings.poll_timeout_s + 1.0):
+                await self.table.polled_once.wait()
+        finally:
+            metrics.queued.dec()
+
+    async def _upstream(self, request: Request, *, model: str | None) -> Upstream:
+        body = await _read_body(request, self.settings.max_body_bytes)
+        return Upstream(
+            method=request.method,
+            target=_target(request),
+            headers=forward_headers(request.scope["headers"]),
+            body=body,
+            model=model,
+        )
+
+    async def _ask_all(self, path: str, request: Request) -> dict[int, Any]:
+        """GET ``path`` from every answering slot at once; slots that fail are left out."""
+        headers = {
+            k: v
+            for k, v in forward_headers(request.scope["headers"])
+            if k.lower() == "authorization"
+        }
+        answers: dict[int, Any] = {}
+
+        async def ask(slot: int, url: str) -> None:
+            try:
+                r = await self.client.get(
+                    url + path, headers=headers, timeout=self.settings.poll_timeout_s
+                )
+                if r.status_code == 200:
+                    answers[slot] = r.json()
+            except (httpx.HTTPError, ValueError):
+                return
+
+        async with anyio.create_task_group() as tg:
+            for s in self.table.slots:
+                if s.up:
+                    tg.start_soon(ask, s.index, s.url)
+        return dict(sorted(answers.items()))
+
+    def _slot_summaries(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "slot": s.index,
+                "port": self.settings.worker_ports[s.index],
+                "up": s.up,
+                "ready": s.up and s.ready,
+                "inflight": s.outstanding,
+                "error": None if s.up else s.last_error,
+            }
+            for s in self.table.slots
+        ]
+
+
+def _named_slot(request: Request, slot_count: int) -> int | None:
+    query = request.query_params.get("slot")
+    header = request.headers.get(SLOT_HEADER)
+    if query is not None and header is not None and query.strip() != header.strip():
+        raise InvalidRequest(f"?slot={query} and X-SIE-Slot: {header} disagree; name the slot once")
+    raw = query if query is not None else header
+    if raw is None:
+        return None
+    field = "?slot" if query is not None else "X-SIE-Slot"
+    try:
+        slot = int(raw.strip())
+    except ValueError:
+        raise InvalidRequest(
+            f"{field}: {raw!r} is not a slot number; use 0..{slot_count - 1}"
+        ) from None
+    if not 0 <= slot < slot_count:
+        raise InvalidRequest(
+            f"{field}: slot {slot} does not exist; this pod has slots 0..{slot_count - 1}"
+        )
+    return slot
+
+
+def _target(request: Request) -> str:
+    raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    if "slot" in request.query_params:
+        query = urlencode(
+            [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "slot"]
+        )
+    path = raw_path.decode("latin-1").split("?", 1)[0]
+    return f"{path}?{query}" if query else path
+
+
+def _model_of(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest(
+            "body: expected a JSON object whose field `model` is the id of the model to use"
+        )
+    return model
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    too_big = PayloadTooLarge(
+        f"request body is larger than {limit} bytes (SIE_MAX_BODY_BYTES); send a smaller one"
+    )
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _render_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SieError)
+    return error_response(exc)
+
+
+async def _render_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        error: SieError = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+    elif exc.status_code == 404:
+        error = NotFound(f"no endpoint at {request.url.path}")
+    else:
+        error = InvalidRequest(str(exc.detail))
+    return error_response(error)

@@ -1,0 +1,311 @@
+"""Relay one request to the slot the policy picks, streaming the answer without buffering.
+
+The whole exchange runs inside a cancel scope that two things may cancel: the client going
+away (the upstream request is closed, so the engine stops working for nobody) and the slot
+leaving rotation (the request fails with ``engine_unavailable`` instead of hanging). A
+refused connection means nothing reached the worker, so the request is routed again,
+without that slot. Worker answers, errors included, pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import anyio
+import httpx
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from sie_worker.errors import EngineTimeout, EngineUnavailable, SieError
+from sie_worker.router_policy import Decision
+from sie_worker.router_settings import RouterSettings
+from sie_worker.router_state import SlotTable
+
+__all__ = [
+    "HOP_BY_HOP",
+    "RelayResponse",
+    "Upstream",
+    "error_response",
+    "fan_out",
+    "forward_headers",
+]
+
+logger = logging.getLogger("sie_worker.router")
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "x-sie-slot",
+    }
+)
+
+Route = Callable[[frozenset[int]], Awaitable[Decision]]
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What to send to the chosen slot: the client's request, minus hop-by-hop headers."""
+
+    method: str
+    target: str  # raw path and query, as the client sent them
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    model: str | None  # the model the request is for, when it names one
+
+
+def forward_headers(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in headers
+        if k.decode("latin-1").lower() not in HOP_BY_HOP
+    )
+
+
+def error_response(exc: SieError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+@dataclass
+class _Outcome:
+    slot: int | None = None
+    status: int | None = None
+    started: bool = False
+    sse: bool = False
+    slot_down: bool = False
+    client_gone: bool = False
+    error: SieError | None = None
+
+
+class RelayResponse(Response):
+    """An ASGI response that routes, relays and accounts for one request."""
+
+    def __init__(
+        self,
+        table: SlotTable,
+        client: httpx.AsyncClient,
+        upstream: Upstream,
+        route: Route,
+        *,
+        arrived: float | None = None,
+    ) -> None:
+        super().__init__(status_code=200)
+        self._table = table
+        self._client = client
+        self._upstream = upstream
+        self._route = route
+        self._arrived = time.monotonic() if arrived is None else arrived
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        outcome = _Outcome()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_disconnect, receive, tg.cancel_scope, outcome)
+            try:
+                await self._relay(send, tg.cancel_scope, outcome)
+            finally:
+                tg.cancel_scope.cancel()
+        metrics = self._table.metrics
+        metrics.duration.observe(time.monotonic() - self._arrived)
+        if outcome.client_gone:
+            return
+        if outcome.slot_down and outcome.error is None:
+            outcome.error = EngineUnavailable(
+                f"slot {outcome.slot} stopped answering while serving this request"
+            )
+        if outcome.error is None:
+            return
+        if not outcome.started:
+            response = error_response(outcome.error)
+            if outcome.slot is not None:
+                response.headers["x-sie-slot"] = str(outcome.slot)
+                metrics.requests.labels(
+                    slot=str(outcome.slot), status=str(response.status_code)
+                ).inc()
+            await response(scope, receive, send)
+        elif outcome.sse:
+            event = f"data: {json.dumps(outcome.error.body())}\n\n".encode()
+            await send({"type": "http.response.body", "body": event, "more_body": False})
+        else:
+            # Headers are out and the body is cut short: abort the connection so the client
+            # cannot mistake a partial body for a whole one.
+            raise outcome.error
+
+    async def _relay(self, send: Send, scope: anyio.CancelScope, outcome: _Outcome) -> None:
+        exclude: set[int] = set()
+        while True:
+            try:
+                decision = await self._route(frozenset(exclude))
+            except SieError as exc:
+                outcome.error = exc
+                return
+            if not await self._attempt(decision, send, scope, outcome):
+                return
+            exclude.add(decision.slot)
+
+    async def _attempt(
+        self, decision: Decision, send: Send, scope: anyio.CancelScope, outcome: _Outcome
+    ) -> bool:
+        """One try on one slot; True when the slot refused the connection (route again)."""
+        table, model = self._table, self._upstream.model
+        slot = decision.slot
+        state = table.slots[slot]
+        table.metrics.decisions.labels(reason=decision.reason).inc()
+        outcome.slot = slot
+        table.dispatched(slot, model, decision.reason)
+        queued = decision.reason != "ready"
+        if queued:
+            table.metrics.queued.inc()
+
+        def abort() -> None:
+            outcome.slot_down = True
+            scope.cancel()
+
+        state.aborts.add(abort)
+        response: httpx.Response | None = None
+        try:
+            request = _build_request(self._client, table.settings, self._upstream, state.url)
+            try:
+                with _translate(slot, state.url):
+                    response = await self._client.send(request, stream=True)
+            except _Refused as exc:
+                state.aborts.discard(abort)
+                table.mark_down(slot, str(exc))
+                return True
+            finally:
+                if queued:
+                    table.metrics.queued.dec()
+            outcome.status = response.status_code
+            outcome.sse = response.headers.get("content-type", "").startswith("text/event-stream")
+            headers = [
+                (k.encode("latin-1"), v.encode("latin-1"))
+                for k, v in response.headers.multi_items()
+                if k.lower() not in HOP_BY_HOP or k.lower() == "content-length"
+            ]
+            headers.append((b"x-sie-slot", str(slot).encode()))
+            headers.append((b"x-sie-route-reason", decision.reason.encode()))
+            await send(
+                {"type": "http.response.start", "status": response.status_code, "headers": headers}
+            )
+            outcome.started = True
+            table.metrics.requests.labels(slot=str(slot), status=str(response.status_code)).inc()
+            with _translate(slot, state.url):
+                async for chunk in response.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except SieError as exc:
+            outcome.error = exc
+        finally:
+            state.aborts.discard(abort)
+            if response is not None:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            table.finished(
+                slot,
+                model,
+                changed=decision.reason != "ready",
+                served=outcome.status is not None and outcome.status < 400,
+            )
+        return False
+
+
+async def fan_out(
+    table: SlotTable, client: httpx.AsyncClient, upstream: Upstream, slots: Sequence[int]
+) -> Response:
+    """Send one call to several slots at once (unload everywhere, write a config to all).
+
+    The answer is the first failure in slot order, else the first slot's answer; its
+    ``X-SIE-Slot`` header lists every slot the call went to.
+    """
+    results: dict[int, httpx.Response | SieError] = {}
+
+    async def one(slot: int) -> None:
+        state = table.slots[slot]
+        request = _build_request(client, table.settings, upstream, state.url)
+        try:
+            with _translate(slot, state.url):
+                results[slot] = await client.send(request)
+        except SieError as exc:
+            results[slot] = exc
+        finally:
+            table.poke(slot)
+
+    async with anyio.create_task_group() as tg:
+        for slot in slots:
+            tg.start_soon(one, slot)
+    ordered = [results[s] for s in sorted(results)]
+    failures = [r for r in ordered if isinstance(r, SieError) or r.status_code >= 400]
+    chosen = failures[0] if failures else ordered[0]
+    if isinstance(chosen, SieError):
+        response: Response = error_response(chosen)
+    else:
+        response = Response(
+            chosen.content,
+            status_code=chosen.status_code,
+            headers={k: v for k, v in chosen.headers.items() if k.lower() not in HOP_BY_HOP},
+        )
+    response.headers["x-sie-slot"] = ",".join(str(s) for s in sorted(results))
+    return response
+
+
+def _build_request(
+    client: httpx.AsyncClient, settings: RouterSettings, upstream: Upstream, base_url: str
+) -> httpx.Request:
+    timeout = httpx.Timeout(
+        connect=settings.connect_timeout_s,
+        read=settings.read_timeout_s,
+        write=settings.read_timeout_s,
+        pool=settings.connect_timeout_s,
+    )
+    has_body = upstream.body or upstream.method not in ("GET", "HEAD", "DELETE")
+    return client.build_request(
+        upstream.method,
+        httpx.URL(base_url + upstream.target),
+        headers=list(upstream.headers),
+        content=upstream.body if has_body else None,
+        timeout=timeout,
+    )
+
+
+class _Refused(EngineUnavailable):
+    """The slot's worker refused the connection: the request never reached it."""
+
+
+@contextmanager
+def _translate(slot: int, url: str) -> Iterator[None]:
+    """Turn httpx's transport errors into the worker's error codes, chained."""
+    try:
+        yield
+    except httpx.ConnectError as exc:
+        raise _Refused(f"slot {slot} ({url}) refused the connection: {exc}") from exc
+    except httpx.TimeoutException as exc:
+        if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+            raise EngineUnavailable(f"slot {slot} ({url}) did not accept a connection") from exc
+        raise EngineTimeout(
+            f"slot {slot} ({url}) sent nothing within the router's read timeout"
+        ) from exc
+    except httpx.TransportError as exc:
+        raise EngineUnavailable(
+            f"slot {slot} ({url}) dropped the request: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope, outcome: _Outcome) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            outcome.client_gone = True
+            scope.cancel()
+            return

@@ -1,0 +1,140 @@
+"""Slot router settings, read once from the environment the chart sets.
+
+Slots and worker ports:
+
+* ``SIE_WORKER_PORTS`` (comma list) names one localhost port per slot, in slot order.
+* ``SIE_GPU_COUNT`` is the number of serving slots. When both are set they must agree.
+* With only ``SIE_GPU_COUNT``, slot ``i`` listens on ``SIE_WORKER_BASE_PORT + i``
+  (base 8081, the port after the router's default 8080).
+* With neither, the pod has one slot on ``SIE_WORKER_BASE_PORT``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_BASE_PORT", "DEFAULT_ROUTER_PORT", "RouterSettings", "RouterSettingsError"]
+
+DEFAULT_ROUTER_PORT = 8080
+DEFAULT_BASE_PORT = 8081
+_MAX_PORT = 65535
+
+
+class RouterSettingsError(ValueError):
+    """An environment variable has a value the router cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    worker_ports: tuple[int, ...] = (DEFAULT_BASE_PORT,)
+    worker_host: str = "127.0.0.1"
+    api_key: str | None = None
+    max_body_bytes: int = 8 * 1024 * 1024
+    poll_interval_s: float = 0.5
+    poll_timeout_s: float = 2.0
+    down_after_failures: int = 2
+    connect_timeout_s: float = 2.0
+    # A backstop only: workers cap their own loads and reads, and a slot that stops
+    # answering polls fails its requests long before this.
+    read_timeout_s: float = 3600.0
+    drain_timeout_s: float = 30.0
+    # How long a request may wait in the router for a slot to become usable (every slot
+    # busy loading); then it goes to the least busy slot.
+    queue_timeout_s: float = 900.0
+
+    @property
+    def slot_count(self) -> int:
+        return len(self.worker_ports)
+
+    def worker_url(self, slot: int) -> str:
+        return f"http://{self.worker_host}:{self.worker_ports[slot]}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RouterSettings:
+        """Read every variable the router uses; raise :class:`RouterSettingsError` naming it."""
+        return cls(
+            worker_ports=_worker_ports(env),
+            worker_host=env.get("SIE_WORKER_HOST", "").strip() or "127.0.0.1",
+            api_key=env.get("SIE_API_KEY") or None,
+            max_body_bytes=_positive_int(env, "SIE_MAX_BODY_BYTES", 8 * 1024 * 1024),
+            poll_interval_s=_seconds(env, "SIE_ROUTER_POLL_INTERVAL_S", 0.5),
+            poll_timeout_s=_seconds(env, "SIE_ROUTER_POLL_TIMEOUT_S", 2.0),
+            down_after_failures=_positive_int(env, "SIE_ROUTER_DOWN_AFTER_FAILURES", 2),
+            connect_timeout_s=_seconds(env, "SIE_ROUTER_CONNECT_TIMEOUT_S", 2.0),
+            read_timeout_s=_seconds(env, "SIE_ROUTER_READ_TIMEOUT_S", 3600.0),
+            drain_timeout_s=_seconds(env, "SIE_DRAIN_TIMEOUT_S", 30.0),
+            queue_timeout_s=_seconds(env, "SIE_ROUTER_QUEUE_TIMEOUT_S", 900.0),
+        )
+
+
+def _worker_ports(env: Mapping[str, str]) -> tuple[int, ...]:
+    raw_ports = env.get("SIE_WORKER_PORTS", "").strip()
+    raw_count = env.get("SIE_GPU_COUNT", "").strip()
+    count = _positive_int(env, "SIE_GPU_COUNT", 1) if raw_count else None
+    if raw_ports:
+        items = [item.strip() for item in raw_ports.split(",") if item.strip()]
+        ports = tuple(_port("SIE_WORKER_PORTS", item) for item in items)
+        duplicates = sorted({p for p in ports if ports.count(p) > 1})
+        if duplicates:
+            raise RouterSettingsError(
+                f"SIE_WORKER_PORTS: port {duplicates[0]} is listed twice; give each slot its "
+                "own worker port"
+            )
+        if count is not None and count != len(ports):
+            raise RouterSettingsError(
+                f"SIE_WORKER_PORTS lists {len(ports)} port(s) but SIE_GPU_COUNT is {count}; "
+                "list exactly one worker port per slot"
+            )
+        return ports
+    base = _port("SIE_WORKER_BASE_PORT", env.get("SIE_WORKER_BASE_PORT", "").strip() or None)
+    slots = count or 1
+    if base + slots - 1 > _MAX_PORT:
+        raise RouterSettingsError(
+            f"SIE_WORKER_BASE_PORT: {base} + SIE_GPU_COUNT {slots} runs past port {_MAX_PORT}; "
+            "choose a lower base port or set SIE_WORKER_PORTS"
+        )
+    return tuple(range(base, base + slots))
+
+
+def _port(name: str, raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_BASE_PORT
+    try:
+        port = int(raw)
+    except ValueError:
+        raise RouterSettingsError(
+            f"{name}: {raw!r} is not a port number; use integers from 1 to {_MAX_PORT}"
+        ) from None
+    if not 1 <= port <= _MAX_PORT:
+        raise RouterSettingsError(f"{name}: port {port} is outside 1..{_MAX_PORT}")
+    return port
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RouterSettingsError(f"{name}: {raw!r} is not an integer") from None
+    if value <= 0:
+        raise RouterSettingsError(f"{name}: must be an integer above zero, got {raw}")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise RouterSettingsError(f"{name}: {raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise RouterSettingsError(
+            f"{name}: must be a finite number of seconds above zero, got {raw}"
+        )
+    return value

@@ -1,0 +1,84 @@
+"""Which SGLang release the engine runs, and how that release spells the flags that moved.
+
+Found without importing SGLang: the installed distribution's metadata, else
+``SIE_SGLANG_VERSION``, else the bundle's pinned release (``sglang-cu130`` -> 0.5.23,
+``sglang`` -> 0.5.19), else the release this project pins (0.5.23).
+
+Spellings were checked against the parsers of SGLang 0.5.19 and 0.5.23:
+
+- the prefill CUDA graph switch is ``--disable-piecewise-cuda-graph`` before 0.5.20 and
+  ``--disable-prefill-cuda-graph`` from 0.5.20 (0.5.23 has no piecewise flag at all);
+- ``--disable-cuda-graph`` is deprecated in 0.5.19 and 0.5.23 in favour of
+  ``--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled``; releases
+  before 0.5.19 get the older flag.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+
+__all__ = [
+    "BUNDLE_VERSIONS",
+    "PINNED_VERSION",
+    "disable_cuda_graph_args",
+    "engine_version",
+    "installed_version",
+    "prefill_graph_flag",
+    "version_key",
+]
+
+PINNED_VERSION = "0.5.23"
+BUNDLE_VERSIONS: Mapping[str, str] = {"sglang-cu130": "0.5.23", "sglang": "0.5.19"}
+_PREFILL_RENAMED = (0, 5, 20)
+_GRAPH_BACKENDS = (0, 5, 19)
+
+
+@cache
+def installed_version() -> str | None:
+    """The installed SGLang distribution's version, read from metadata (no import)."""
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
+
+
+def engine_version(bundle: str, env: Mapping[str, str] | None = None) -> str:
+    """The SGLang release the engine will run (see the module docstring for the order)."""
+    found = installed_version()
+    if found:
+        return found
+    environ = os.environ if env is None else env
+    declared = environ.get("SIE_SGLANG_VERSION", "").strip()
+    if declared:
+        return declared
+    return BUNDLE_VERSIONS.get(bundle, PINNED_VERSION)
+
+
+def version_key(text: str) -> tuple[int, int, int]:
+    """``0.5.20.post1`` -> (0, 5, 20); missing parts count as 0."""
+    numbers = [int(n) for n in re.findall(r"\d+", text.split("+", 1)[0])[:3]]
+    numbers += [0] * (3 - len(numbers))
+    return numbers[0], numbers[1], numbers[2]
+
+
+def prefill_graph_flag(sglang: str) -> str:
+    """The flag that turns off only the prefill (formerly piecewise) CUDA graph capture."""
+    if version_key(sglang) >= _PREFILL_RENAMED:
+        return "--disable-prefill-cuda-graph"
+    return "--disable-piecewise-cuda-graph"
+
+
+def disable_cuda_graph_args(sglang: str) -> tuple[str, ...]:
+    """The arguments that turn CUDA graphs off entirely, as this release prefers them."""
+    if version_key(sglang) >= _GRAPH_BACKENDS:
+        return (
+            "--cuda-graph-backend-decode",
+            "disabled",
+            "--cuda-graph-backend-prefill",
+            "disabled",
+        )
+    return ("--disable-cuda-graph",)

@@ -1,0 +1,287 @@
+"""Model lifecycle through the real API: crashes, timeouts, streams, drains, signals."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import psutil
+from tests.support.worker_fixtures import WorkerProcess, fake_model, wait_until
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+def _stream(client: httpx.Client, model: str, **fake: object) -> tuple[int, list[str]]:
+    body = {"model": model, "prompt": "hello", "max_tokens": 8, "stream": True}
+    if fake:
+        body["fake"] = fake
+    events: list[str] = []
+    with client.stream("POST", "/v1/completions", json=body) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[len("data: ") :])
+        return response.status_code, events
+
+
+def test_stream_is_relayed_event_by_event(start_worker: StartWorker) -> None:
+    worker = start_worker([fake_model("org/m")], devices="cuda:0")
+    with worker.client() as client:
+        status, events = _stream(client, "org/m", tokens=5)
+    assert status == 200
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert len(chunks) >= 5
+    assert all(c["object"] == "text_completion" for c in chunks)
+
+
+def test_request_id_reaches_the_engine_and_comes_back(start_worker: StartWorker) -> None:
+    worker = start_worker([fake_model("org/m")], devices="cuda:0")
+    with worker.client() as client:
+        response = client.post(
+            "/v1/completions",
+            json={"model": "org/m", "prompt": "x", "max_tokens": 1},
+            headers={"X-Request-Id": "req-123"},
+        )
+    assert response.status_code == 200
+    assert response.headers["x-request-id"] == "req-123"
+
+
+def test_stalled_stream_on_a_width_2_model_fails_within_its_read_cap_and_engine_keeps_serving(
+    start_worker: StartWorker,
+) -> None:
+    worker = start_worker(
+        [fake_model("org/tp2", width=2, request_read_timeout_s=1, startup_timeout_s=30)],
+        devices="cuda:0,cuda:1",
+    )
+    with worker.client() as client:
+        client.post("/v1/models/org/tp2/load").raise_for_status()
+        pids_before = worker.engine_pids()
+        started = time.monotonic()
+        status, events = _stream(client, "org/tp2", stall_after=2, tokens=10)
+        elapsed = time.monotonic() - started
+        assert status == 200
+        error = json.loads(events[-1])["error"]
+        assert error["code"] == "engine_timeout"
+        assert elapsed < 20  # bounded by the 1 s cap, not by the stall
+        # The next request to the same model succeeds on the same engine: no restart.
+        again = client.post(
+            "/v1/completions", json={"model": "org/tp2", "prompt": "x", "max_tokens": 2}
+        )
+        assert again.status_code == 200
+        assert worker.engine_pids() == pids_before
+        assert worker.models()["org/tp2"]["state"] == "ready"
+
+
+def test_read_cap_before_the_first_byte_is_a_504(start_worker: StartWorker) -> None:
+    worker = start_worker([fake_model("org/m", request_read_timeout_s=0.5)], devices="cuda:0")
+    with worker.client() as client:
+        response = client.post(
+            "/v1/completions",
+            json={"model": "org/m", "prompt": "x", "max_tokens": 1, "fake": {"delay_s": 5}},
+        )
+        assert response.status_code == 504
+        assert response.json()["error"]["code"] == "engine_timeout"
+        assert worker.models()["org/m"]["state"] == "ready"
+
+
+def test_engine_killed_mid_stream_fails_the_request_and_releases_the_devices(
+    start_worker: StartWorker,
+) -> None:
+    worker = start_worker(
+        [fake_model("org/m", width=2, request_read_timeout_s=10)], devices="cuda:0,cuda:1"
+    )
+    with worker.client() as client:
+        client.post("/v1/models/org/m/load").raise_for_status()
+        status, events = _stream(client, "org/m", die_after=2, tokens=10)
+        assert status == 200
+        assert json.loads(events[-1])["error"]["code"] == "engine_unavailable"
+        wait_until(lambda: worker.models()["org/m"]["state"] == "failed")
+        model = worker.models()["org/m"]
+        assert model["devices"] == []
+        assert "exited" in model["error"]
+        assert all(m is None for m in worker.devices().values())
+        # The next request loads it again.
+        again = client.post(
+            "/v1/completions", json={"model": "org/m", "prompt": "x", "max_tokens": 1}
+        )
+        assert again.status_code == 200
+        assert worker.models()["org/m"]["state"] == "ready"
+
+
+def test_engine_sigkilled_outside_a_request_marks_the_model_failed(
+    start_worker: StartWorker,
+) -> None:
+    worker = start_worker([fake_model("org/m")], devices="cuda:0")
+    with worker.client() as client:
+        client.post("/v1/models/org/m/load").raise_for_status()
+    for pid in worker.engine_pids():
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: worker.models()["org/m"]["state"] == "failed")
+    assert worker.devices() == {"cuda:0": None}
+    wait_until(lambda: worker.engine_pids() == [])
+
+
+def test_engine_slow_to_start_past_startup_timeout_is_stopped(start_worker: StartWorker) -> None:
+    worker = start_worker(
+        [fake_model("org/slow", startup_timeout_s=1, env={"FAKE_ENGINE_NEVER_READY": "1"})],
+        devices="cuda:0",
+    )
+    with worker.client() as client:
+        response = client.post("/v1/models/org/slow/load")
+    assert response.status_code == 504
+    error = response.json()["error"]
+    assert error["code"] == "startup_timeout"
+    assert "startup_timeout_s=1" in error["message"]
+    assert worker.devices() == {"cuda:0": None}
+    assert worker.models()["org/slow"]["state"] == "failed"
+    wait_until(lambda: worker.engine_pids() == [])
+
+
+_SQUATTER = """
+import os, socket, sys, time
+marker = sys.argv[1]
+argv = sys.argv[2:]
+if not os.path.exists(marker):
+    port = int(argv[argv.index("--port") + 1])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    pid = os.fork()
+    if pid == 0:  # the squatter keeps the port until the test kills it
+        os.setsid()
+        time.sleep(120)
+        os._exit(0)
+    sock.close()
+    with open(marker, "w") as handle:
+        handle.write(str(pid))
+os.execv(argv[0], argv)
+"""
+
+
+def test_engine_port_taken_is_retried_on_another_port(
+    start_worker: StartWorker, fake_engine_minimal_command: str, tmp_path: Path
+) -> None:
+    # The port passes the worker's bind test, then is taken before the engine binds it.
+    wrapper = tmp_path / "squat.py"
+    wrapper.write_text(_SQUATTER)
+    marker = tmp_path / "squatter.pid"
+    command = (
+        shlex.join([sys.executable, str(wrapper), str(marker)]) + " " + fake_engine_minimal_command
+    )
+    worker = start_worker(
+        [fake_model("org/m")], devices="cuda:0", env={"SIE_SGLANG_COMMAND": command}
+    )
+    try:
+        with worker.client() as client:
+            response = client.post("/v1/models/org/m/load")
+        assert response.status_code == 200, response.text
+        assert response.json()["state"] == "ready"
+        assert marker.exists()
+        assert "already in use" in worker.logs().lower()
+    finally:
+        if marker.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(marker.read_text()), signal.SIGKILL)
+
+
+def test_prefer_wait_zero_answers_503_with_retry_after_while_loading(
+    start_worker: StartWorker,
+) -> None:
+    worker = start_worker(
+        [fake_model("org/slow", env={"FAKE_ENGINE_START_DELAY_S": "2"})], devices="cuda:0"
+    )
+    with worker.client() as client:
+        response = client.post(
+            "/v1/completions",
+            json={"model": "org/slow", "prompt": "x", "max_tokens": 1},
+            headers={"Prefer": "wait=0"},
+        )
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "model_loading"
+        assert int(response.headers["retry-after"]) > 0
+        wait_until(lambda: worker.models()["org/slow"]["state"] == "ready")
+
+
+def test_unload_releases_devices_and_stops_the_engine(start_worker: StartWorker) -> None:
+    worker = start_worker([fake_model("org/m", width=2)], devices="cuda:0,cuda:1")
+    with worker.client() as client:
+        client.post("/v1/models/org/m/load").raise_for_status()
+        pids = worker.engine_pids()
+        assert pids
+        entry = client.post("/v1/models/org/m/unload").json()
+    assert entry["state"] == "unloaded"
+    assert entry["devices"] == []
+    assert all(
+        not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE for p in pids
+    )
+
+
+def test_unknown_model_is_404(start_worker: StartWorker) -> None:
+    worker = start_worker([], devices="cuda:0")
+    with worker.client() as client:
+        response = client.post("/v1/completions", json={"model": "nope", "prompt": "x"})
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "unknown_model"
+        assert client.post("/v1/models/no/such:thing/load").status_code == 404
+
+
+def test_model_ids_with_slashes_and_profiles_route_to_model_actions(
+    start_worker: StartWorker,
+) -> None:
+    config = fake_model("org/deep/name", profiles={"fast": {"extends": "default"}})
+    worker = start_worker([config], devices="cuda:0,cuda:1")
+    with worker.client() as client:
+        assert (
+            client.post("/v1/models/org/deep/name:fast/load").json()["id"] == "org/deep/name:fast"
+        )
+        assert client.get("/v1/models/org/deep/name:fast").json()["state"] == "ready"
+
+
+def test_sigterm_lets_streams_in_flight_finish_then_stops_engines_and_exits_0(
+    start_worker: StartWorker,
+) -> None:
+    worker = start_worker(
+        [fake_model("org/m", env={"FAKE_ENGINE_TOKEN_DELAY_S": "0.05"})], devices="cuda:0"
+    )
+    with worker.client() as client:
+        client.post("/v1/models/org/m/load").raise_for_status()
+    result: dict[str, object] = {}
+
+    def consume() -> None:
+        with worker.client() as client:
+            result["stream"] = _stream(client, "org/m", tokens=40)
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    time.sleep(0.5)  # the stream is under way (40 tokens x 50 ms)
+    engines = worker.engine_pids()
+    code = worker.stop(signal.SIGTERM)
+    thread.join(timeout=30)
+    assert code == 0
+    status, events = result["stream"]  # type: ignore[misc]
+    assert status == 200
+    assert events[-1] == "[DONE]"
+    assert not worker.surviving_engines()
+    assert engines
+
+
+def test_worker_sigkill_leaves_no_engine_behind(start_worker: StartWorker) -> None:
+    worker = start_worker(
+        [fake_model("org/a"), fake_model("org/b", width=2)], devices="cuda:0,cuda:1,cuda:2"
+    )
+    with worker.client() as client:
+        client.post("/v1/models/org/a/load").raise_for_status()
+        client.post("/v1/models/org/b/load").raise_for_status()
+    engines = worker.engine_pids()
+    assert len(engines) >= 2
+    worker.stop(signal.SIGKILL)
+    assert worker.surviving_engines() == []

@@ -1,0 +1,184 @@
+"""Reserved SGLang flags in extra_launch_args, matched as SGLang's argparse would match them.
+
+These tests use the shipped option tables (generated from SGLang's real parser); the
+comparison with the live parser itself is in test_sglang_parser.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sie_worker import flags
+
+TABLES = flags.option_tables()
+NEWEST = TABLES[0]
+RESERVED_STRINGS = sorted(s for s, d in NEWEST.options.items() if d in flags.RESERVED_DESTS)
+OTHER_STRINGS = sorted(s for s, d in NEWEST.options.items() if d not in flags.RESERVED_DESTS)
+SEED_FLAGS = [
+    "--tensor-parallel-size",
+    "--tp-size",
+    "--data-parallel-size",
+    "--dp-size",
+    "--expert-parallel-size",
+    "--ep-size",
+    "--pipeline-parallel-size",
+    "--pp-size",
+    "--nnodes",
+    "--node-rank",
+    "--dist-init-addr",
+    "--base-gpu-id",
+    "--gpu-id-step",
+    "--host",
+    "--port",
+    "--nccl-port",
+]
+
+
+def test_tables_ship_for_the_pinned_releases() -> None:
+    assert [t.version for t in TABLES] == ["0.5.23", "0.5.19"]
+    assert all(t.complete for t in TABLES)
+
+
+@pytest.mark.parametrize("flag", SEED_FLAGS)
+def test_every_flag_the_seed_names_is_refused(flag: str) -> None:
+    assert flags.reserved_flag_problem(flag) is not None
+    assert flags.reserved_flag_problem(f"{flag}=1") is not None
+
+
+@pytest.mark.parametrize(
+    ("token", "named"),
+    [
+        ("--tp=2", "--tensor-parallel-size/--tp-size"),
+        ("--tp", "--tensor-parallel-size/--tp-size"),
+        ("--tensor-parallel", "--tensor-parallel-size/--tp-size"),
+        ("--po", "--port"),
+        ("--ho=0.0.0.0", "--host"),
+        ("--ep", "--expert-parallel-size/--ep-size/--ep"),
+        ("--nccl-init-addr=10.0.0.1:5000", "--dist-init-addr/--nccl-init-addr"),
+        ("--base", "--base-gpu-id"),
+        ("--nnod", "--nnodes"),
+    ],
+)
+def test_abbreviations_and_aliases_name_the_full_flag(token: str, named: str) -> None:
+    message = flags.reserved_flag_problem(token)
+    assert message is not None
+    assert named in message
+    assert repr(token) in message
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        ("--tp=2", "the worker sets it from the declared width"),
+        ("--nccl-port=30001", "adapter_options.loadtime.nccl_port"),
+        ("--port", "SIE owns the engine's HTTP host and port"),
+        ("--host", "SIE owns the engine's HTTP host and port"),
+        ("--dp-size", "declared width alone"),
+        ("--base-gpu-id", "CUDA_VISIBLE_DEVICES"),
+    ],
+)
+def test_refusals_say_why_and_how_to_fix(token: str, says: str) -> None:
+    message = flags.reserved_flag_problem(token)
+    assert message is not None
+    assert says in message
+
+
+@pytest.mark.parametrize("token", ["--p", "--nccl", "--n", "--d"])
+def test_ambiguous_prefix_with_a_reserved_candidate_is_refused(token: str) -> None:
+    message = flags.reserved_flag_problem(token)
+    assert message is not None
+    assert "ambiguous" in message
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "--chat-template",
+        "--mem-fraction-static=0.8",
+        "--trust-remote-code",
+        "--disable-cuda-graph",
+        "--grammar-backend",
+        "0.85",
+        "-tp",
+        "--tp 2",
+        "--TP=2",
+        "tp-size",
+        "",
+    ],
+)
+def test_ordinary_flags_and_values_are_allowed(token: str) -> None:
+    assert flags.reserved_flag_problem(token) is None
+
+
+def test_problems_carry_the_index_of_each_reserved_token() -> None:
+    args = ["--mem-fraction-static", "0.8", "--tp=2", "--port", "8000"]
+    assert [i for i, _ in flags.reserved_flag_problems(args)] == [2, 3]
+
+
+def test_disable_cuda_graph_is_found_in_any_spelling_sglang_accepts() -> None:
+    assert flags.disables_cuda_graph(["--disable-cuda-graph"])
+    assert flags.disables_cuda_graph(["--log-level", "info", "--disable-cuda-graph"])
+    assert not flags.disables_cuda_graph(["--disable-cuda-graph-padding"])
+    assert not flags.disables_cuda_graph(["--disable-prefill-cuda-graph"])
+
+
+def test_without_a_table_any_prefix_of_a_reserved_flag_is_refused() -> None:
+    fallback = [flags.fallback_table()]
+    message = flags.reserved_flag_problem("--tp=2", fallback)
+    assert message is not None
+    assert "prefix of the reserved flag --tensor-parallel-size/--tp-size" in message
+    assert flags.reserved_flag_problem("--chat-template", fallback) is None
+
+
+# --- properties against the real option list -----------------------------------------------
+
+
+def _prefixes(strings: list[str]) -> st.SearchStrategy[str]:
+    return st.sampled_from(strings).flatmap(
+        lambda s: st.integers(min_value=3, max_value=len(s)).map(lambda n: s[:n])
+    )
+
+
+_values = st.one_of(st.none(), st.text(max_size=12))
+
+
+@settings(max_examples=400)
+@given(prefix=_prefixes(RESERVED_STRINGS), value=_values)
+def test_any_prefix_of_a_reserved_flag_is_refused_unless_it_is_another_option(
+    prefix: str, value: str | None
+) -> None:
+    token = prefix if value is None else f"{prefix}={value}"
+    exact_other = prefix in NEWEST.options and NEWEST.options[prefix] not in flags.RESERVED_DESTS
+    refused = flags.reserved_flag_problem(token, [NEWEST]) is not None
+    assert refused != exact_other
+
+
+@settings(max_examples=400)
+@given(option=st.sampled_from(OTHER_STRINGS), value=_values)
+def test_a_non_reserved_option_spelled_out_is_allowed(option: str, value: str | None) -> None:
+    token = option if value is None else f"{option}={value}"
+    assert flags.reserved_flag_problem(token) is None
+
+
+@settings(max_examples=400)
+@given(prefix=_prefixes(RESERVED_STRINGS + OTHER_STRINGS), value=_values)
+def test_a_unique_prefix_resolves_to_the_one_option_it_starts(
+    prefix: str, value: str | None
+) -> None:
+    token = prefix if value is None else f"{prefix}={value}"
+    match = flags.resolve(token, NEWEST)
+    starting = [s for s in NEWEST.options if s.startswith(prefix)]
+    if prefix in NEWEST.options:
+        assert match.dest == NEWEST.options[prefix]
+    elif len(starting) == 1:
+        assert match.dest == NEWEST.options[starting[0]]
+    else:
+        assert match.ambiguous
+        assert set(match.candidates) == set(starting)
+
+
+@given(text=st.text(max_size=30).filter(lambda t: not t.startswith("--")))
+def test_tokens_that_are_not_long_options_are_never_refused(text: str) -> None:
+    assert flags.reserved_flag_problem(text) is None

@@ -1,0 +1,289 @@
+"""SGLang's own argument parser accepts every argv the worker builds, and resolves flags the
+way :mod:`sie_worker.flags` says it does.
+
+The parser runs in a subprocess (the worker never imports SGLang): the pinned 0.5.23 from the
+venv, and 0.5.19 (the ``sglang`` bundle's release) from a ``--no-deps`` target folder when
+one exists (``SIE_SGLANG_0519_PATH``, default ``.tools/sglang-0.5.19``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sie_worker import flags
+from sie_worker.config import parse_config, served_models
+from sie_worker.launch import plan_launch
+from sie_worker.loadtime import resolve_load_options
+from sie_worker.settings import Settings
+from sie_worker.sglang_version import version_key
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = Path(__file__).with_name("sglang_parser_harness.py")
+TABLE_SCRIPT = ROOT / "scripts" / "sglang-options"
+DATA = ROOT / "worker" / "src" / "sie_worker" / "data"
+SGLANG_0519 = Path(os.environ.get("SIE_SGLANG_0519_PATH", ROOT / ".tools" / "sglang-0.5.19"))
+DEVICES = tuple(f"cuda:{i}" for i in range(8))
+ADAPTERS = {
+    "generation": "sie_server.adapters.sglang.generation:SGLangGenerationAdapter",
+    "embedding": "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter",
+    "chat": "sie_server.adapters.sglang.chat:SGLangChatAdapter",
+}
+# Option sets layered over the minimum each width needs; every one is planned at every
+# width, for every adapter and bundle.
+OPTION_SETS: dict[str, dict[str, Any]] = {
+    "minimal": {},
+    "budgets": {"max_batch_tokens": 8192, "kv_budget_tokens": 65536, "compute_precision": "auto"},
+    "float16": {"compute_precision": "float16"},
+    "float32-revision": {"compute_precision": "float32", "revision": "v1.0"},
+    "watchdog": {"loadtime": {"watchdog_timeout_s": 120.5}},
+    "piecewise-on": {"loadtime": {"disable_piecewise_cuda_graph": True}},
+    "piecewise-off": {"loadtime": {"disable_piecewise_cuda_graph": False}},
+    "no-cuda-graph": {"loadtime": {"disable_cuda_graph": True}},
+    "no-cuda-graph-flag": {"extra_launch_args": ["--disable-cuda-graph"]},
+    "nccl-port": {"loadtime": {"nccl_port": 31000}, "min_width": 2},
+    "extra-args": {"extra_launch_args": ["--mem-fraction-static", "0.85", "--trust-remote-code"]},
+    "everything": {
+        "max_batch_tokens": 4096,
+        "kv_budget_tokens": 32768,
+        "compute_precision": "bfloat16",
+        "loadtime": {"watchdog_timeout_s": 600, "request_read_timeout_s": 30},
+        "extra_launch_args": ["--log-level", "warning"],
+    },
+}
+BUNDLES = ("default", "sglang", "sglang-cu130")
+
+
+def _config(adapter: str, width: int, option_set: dict[str, Any]) -> dict[str, Any]:
+    loadtime: dict[str, Any] = {"tensor_parallel_size": width, "startup_timeout_s": 600}
+    if adapter != "embedding":
+        loadtime["request_read_timeout_s"] = 300
+    if adapter == "chat":
+        loadtime["chat_template"] = "chatml"
+    loadtime.update(option_set.get("loadtime", {}))
+    task = (
+        {"encode": {"max_sequence_length": 512}}
+        if adapter == "embedding"
+        else {"generate": {"context_length": 8192}}
+    )
+    profile: dict[str, Any] = {
+        "adapter_path": ADAPTERS[adapter],
+        "adapter_options": {"loadtime": loadtime},
+    }
+    for key in ("max_batch_tokens", "kv_budget_tokens", "compute_precision", "extra_launch_args"):
+        if key in option_set:
+            profile[key] = option_set[key]
+    doc: dict[str, Any] = {
+        "sie_id": f"test/{adapter}-{width}",
+        "hf_id": "test/model",
+        "tasks": task,
+        "profiles": {"default": profile},
+    }
+    if "revision" in option_set:
+        doc["revision"] = option_set["revision"]
+    return doc
+
+
+def _cases(sglang_version: str) -> Iterator[tuple[str, list[str]]]:
+    for adapter, width, (name, option_set), bundle in itertools.product(
+        ADAPTERS, (1, 2, 4, 8), OPTION_SETS.items(), BUNDLES
+    ):
+        if width < option_set.get("min_width", 1):
+            continue
+        config = parse_config(_config(adapter, width, option_set), source="<test>")
+        served = served_models(config)[0]
+        settings = Settings(devices=DEVICES, bundle=bundle)
+        options = resolve_load_options(served, settings, env={})
+        plan = plan_launch(
+            served,
+            options,
+            DEVICES[:width],
+            port=30000,
+            nccl_port=options.nccl_port or 30400,
+            settings=settings,
+            sglang_version=sglang_version,
+        )
+        argv = list(plan.argv)
+        assert argv[1:3] == ["-m", "sglang.launch_server"]
+        yield f"{adapter}/width={width}/{name}/{bundle}", argv[3:]
+
+
+def _run_parser(python_path: Path | None, request: dict[str, Any]) -> dict[str, Any]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if python_path is not None:
+        env["PYTHONPATH"] = str(python_path)
+    done = subprocess.run(
+        [sys.executable, str(HARNESS)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _prefix_tokens(options: list[str]) -> list[str]:
+    """Every prefix (from ``--x``) of every option string, plus ``=value`` forms of each."""
+    tokens = {s[:i] for s in options for i in range(3, len(s) + 1)}
+    tokens |= {f"{t}=1" for t in list(tokens)}
+    tokens |= {"--", "---tp", "-tp", "--tp 2", "--TP", "tp", "--port x"}
+    return sorted(tokens)
+
+
+def _release(version: str, python_path: Path | None) -> dict[str, Any]:
+    cases = list(_cases(version))
+    table = json.loads((DATA / f"sglang-options-{version}.json").read_text(encoding="utf-8"))
+    tokens = _prefix_tokens(list(table["options"]))
+    result = _run_parser(
+        python_path,
+        {
+            "argvs": [argv for _, argv in cases],
+            "tokens": tokens,
+            "server_args": True,
+            "table_script": str(TABLE_SCRIPT),
+        },
+    )
+    return {
+        "version": result["version"],
+        "cases": cases,
+        "argvs": result["argvs"],
+        "tokens": tokens,
+        "tokens_result": result["tokens"],
+        "table": table,
+        "table_text": result["table"],
+    }
+
+
+@pytest.fixture(scope="module")
+def sglang_0523() -> dict[str, Any]:
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("sglang is not installed (requirements/sglang-nodeps.txt installs it)")
+    return _release("0.5.23", None)
+
+
+@pytest.fixture(scope="module")
+def sglang_0519() -> dict[str, Any]:
+    if not (SGLANG_0519 / "sglang").is_dir():
+        pytest.skip(
+            f"no SGLang 0.5.19 parser at {SGLANG_0519}: install it with `uv pip install "
+            f"--target {SGLANG_0519} --no-deps -r requirements/sglang-0.5.19-nodeps.txt` "
+            "(or point SIE_SGLANG_0519_PATH at such a folder)"
+        )
+    return _release("0.5.19", SGLANG_0519)
+
+
+@pytest.fixture(params=["0.5.23", "0.5.19"])
+def release(request: pytest.FixtureRequest) -> dict[str, Any]:
+    fixture = "sglang_0523" if request.param == "0.5.23" else "sglang_0519"
+    result: dict[str, Any] = request.getfixturevalue(fixture)
+    return result
+
+
+def test_parser_runs_the_release_under_test(release: dict[str, Any]) -> None:
+    assert release["version"] == release["table"]["sglang"]
+
+
+def test_sglang_accepts_every_planned_argv(release: dict[str, Any]) -> None:
+    refused = [
+        f"{name}: {result['error']}\n    {' '.join(argv)}"
+        for (name, argv), result in zip(release["cases"], release["argvs"], strict=True)
+        if not result["ok"]
+    ]
+    assert not refused, "\n".join(refused)
+
+
+def test_sglang_reads_width_ports_and_budgets_as_planned(release: dict[str, Any]) -> None:
+    for (name, argv), result in zip(release["cases"], release["argvs"], strict=True):
+        values = result["values"]
+        assert values["tp_size"] == int(argv[argv.index("--tp-size") + 1]), name
+        assert (values["host"], values["port"], values["nccl_port"]) == (
+            "127.0.0.1",
+            30000,
+            (31000 if "nccl-port" in name else 30400),
+        ), name
+        assert values["is_embedding"] == name.startswith("embedding"), name
+        if "--max-prefill-tokens" in argv:
+            assert values["max_prefill_tokens"] == int(argv[argv.index("--max-prefill-tokens") + 1])
+
+
+def test_prefill_graph_capture_is_off_exactly_when_the_seed_says(release: dict[str, Any]) -> None:
+    newer = version_key(release["version"]) >= (0, 5, 20)
+    for (name, argv), result in zip(release["cases"], release["argvs"], strict=True):
+        values = result["values"]
+        width = int(argv[argv.index("--tp-size") + 1])
+        if "no-cuda-graph" in name:
+            expected_off = True  # everything off; the prefill switch is then irrelevant
+        elif "piecewise-on" in name or "piecewise-off" in name:
+            expected_off = "piecewise-on" in name
+        else:
+            expected_off = width > 1 or name.endswith("/sglang-cu130")
+        prefill_off = (
+            values.get("disable_prefill_cuda_graph") is True
+            or values.get("cuda_graph_backend_prefill") == "disabled"
+            or values.get("disable_cuda_graph") is True
+        )
+        assert prefill_off == expected_off, name
+        if "no-cuda-graph" not in name and expected_off and not newer:
+            assert "--disable-piecewise-cuda-graph" in argv, name
+
+
+def test_cuda_graphs_are_off_entirely_when_disable_cuda_graph_is_set(
+    release: dict[str, Any],
+) -> None:
+    for (name, _), result in zip(release["cases"], release["argvs"], strict=True):
+        if "no-cuda-graph" in name:
+            values = result["values"]
+            off = values.get("disable_cuda_graph") is True or (
+                values.get("cuda_graph_backend_decode") == "disabled"
+                and values.get("cuda_graph_backend_prefill") == "disabled"
+            )
+            assert off, name
+
+
+def test_flag_resolution_matches_sglang_argparse_for_every_prefix(release: dict[str, Any]) -> None:
+    table = flags.OptionTable(release["version"], release["table"]["options"])
+    mismatches = []
+    for token, oracle in zip(release["tokens"], release["tokens_result"], strict=True):
+        match = flags.resolve(token, table)
+        if oracle.get("ambiguous"):
+            ok = match.ambiguous
+        elif "dest" in oracle:
+            ok = match.dest == oracle["dest"]
+        else:
+            ok = not match.candidates
+        if not ok:
+            mismatches.append((token, oracle, match))
+    assert not mismatches, mismatches[:20]
+
+
+def test_reserved_refusal_matches_what_sglang_would_set(release: dict[str, Any]) -> None:
+    table = flags.OptionTable(release["version"], release["table"]["options"])
+    for token, oracle in zip(release["tokens"], release["tokens_result"], strict=True):
+        refused = flags.reserved_flag_problem(token, [table]) is not None
+        if "dest" in oracle:
+            assert refused == (oracle["dest"] in flags.RESERVED_DESTS), token
+        elif oracle.get("ambiguous"):
+            candidates = flags.resolve(token, table).dests
+            assert refused == any(d in flags.RESERVED_DESTS for d in candidates), token
+        else:
+            assert not refused, token
+
+
+def test_shipped_option_table_is_current(release: dict[str, Any]) -> None:
+    shipped = (DATA / f"sglang-options-{release['version']}.json").read_text(encoding="utf-8")
+    assert release["table_text"] == shipped, (
+        f"sglang-options-{release['version']}.json is stale: run scripts/sglang-options"
+    )
