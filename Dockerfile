@@ -6,7 +6,7 @@
 #
 #   target        engine                               lock (hash-checked)
 #   default       transformers, CPU or one GPU          requirements/bundle-default.txt
-#   sglang        SGLang 0.5.19 (CUDA 13 wheels)        requirements/bundle-sglang.txt
+#   sglang        SGLang 0.5.10.post1, CUDA 12.8        requirements/bundle-sglang.txt
 #   sglang-cu130  SGLang 0.5.23, CUDA 13.0              requirements/bundle-sglang-cu130.txt
 #
 # Every Python package comes from its lock; the worker's own dependencies carry the versions
@@ -16,6 +16,8 @@
 # whose uid matches the chart's securityContext (10001), and `sie-worker` as entrypoint.
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+# The CUDA bases match the CUDA of each lock's torch wheels (tests/test_image.py checks).
+ARG CUDA12_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
 ARG CUDA13_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
 ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.13.9
 
@@ -67,12 +69,12 @@ RUN uv venv --managed-python /opt/venv \
  && uv pip install --python /opt/venv/bin/python --no-deps /dist/*.whl
 
 # ------------------------------------------------------------------------- runtime stages
-# The SGLang bundles' common base. Triton (SGLang's kernels) compiles a small C launcher
-# the first time it runs a kernel, so these stages carry a C compiler and libc headers and
-# nothing else of a toolchain; libnuma1 is loaded by SGLang's kernels.
-FROM ${CUDA13_IMAGE} AS sglang-base
+# The SGLang bundles' bases, one per CUDA major. Triton (SGLang's kernels) compiles a small
+# C launcher the first time it runs a kernel, so these stages carry a C compiler and libc
+# headers and nothing else of a toolchain; libnuma1 is loaded by SGLang's kernels.
+FROM ${CUDA12_IMAGE} AS sglang-base-cu12
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates gcc libc6-dev libnuma1 \
+ && apt-get install -y --no-install-recommends ca-certificates gcc libc6-dev libnuma1 tini \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 sie \
  && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /home/sie --create-home \
@@ -85,25 +87,42 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /home/sie
 EXPOSE 8080
 
-FROM sglang-base AS sglang
+FROM ${CUDA13_IMAGE} AS sglang-base-cu13
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates gcc libc6-dev libnuma1 tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 sie \
+ && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /home/sie --create-home \
+      --shell /usr/sbin/nologin sie
+COPY --from=build-cuda /opt/python /opt/python
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    HOME=/home/sie \
+    HF_HOME=/home/sie/.cache/huggingface
+WORKDIR /home/sie
+EXPOSE 8080
+
+FROM sglang-base-cu12 AS sglang
+ARG CUDA12_IMAGE
 ARG VERSION=0.0.0-dev
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="sie-worker (sglang)" \
-      org.opencontainers.image.description="sie-workers GPU worker, SGLang 0.5.19 bundle" \
+      org.opencontainers.image.description="sie-workers GPU worker, SGLang 0.5.10.post1 bundle for CUDA 12.8" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="https://github.com/sie-workers/sie-workers" \
       org.opencontainers.image.url="https://github.com/sie-workers/sie-workers" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="nvidia/cuda:13.0.1-runtime-ubuntu24.04" \
+      org.opencontainers.image.base.name="${CUDA12_IMAGE}" \
       io.sie-workers.bundle="sglang"
 COPY --from=build-sglang /opt/venv /opt/venv
 ENV SIE_BUNDLE=sglang
 USER 10001:10001
-ENTRYPOINT ["sie-worker"]
+ENTRYPOINT ["/usr/bin/tini", "--", "sie-worker"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]
 
-FROM sglang-base AS sglang-cu130
+FROM sglang-base-cu13 AS sglang-cu130
+ARG CUDA13_IMAGE
 ARG VERSION=0.0.0-dev
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="sie-worker (sglang-cu130)" \
@@ -113,17 +132,21 @@ LABEL org.opencontainers.image.title="sie-worker (sglang-cu130)" \
       org.opencontainers.image.source="https://github.com/sie-workers/sie-workers" \
       org.opencontainers.image.url="https://github.com/sie-workers/sie-workers" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="nvidia/cuda:13.0.1-runtime-ubuntu24.04" \
+      org.opencontainers.image.base.name="${CUDA13_IMAGE}" \
       io.sie-workers.bundle="sglang-cu130"
 COPY --from=build-sglang-cu130 /opt/venv /opt/venv
 ENV SIE_BUNDLE=sglang-cu130
 USER 10001:10001
-ENTRYPOINT ["sie-worker"]
+ENTRYPOINT ["/usr/bin/tini", "--", "sie-worker"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]
 
 # Last, so that a plain `docker build .` builds it. The Python base's own installers go:
 # the runtime installs nothing.
+#
+# Every runtime stage runs sie-worker under tini: in a container the worker is PID 1, and
+# engine ranks orphaned by a crashed engine would otherwise stay zombies.
 FROM ${PYTHON_IMAGE} AS default
+ARG PYTHON_IMAGE
 ARG VERSION=0.0.0-dev
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="sie-worker" \
@@ -133,9 +156,12 @@ LABEL org.opencontainers.image.title="sie-worker" \
       org.opencontainers.image.source="https://github.com/sie-workers/sie-workers" \
       org.opencontainers.image.url="https://github.com/sie-workers/sie-workers" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="python:3.11.14-slim-bookworm" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}" \
       io.sie-workers.bundle="default"
-RUN python -m pip uninstall --yes --no-cache-dir pip setuptools wheel \
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && python -m pip uninstall --yes --no-cache-dir pip setuptools wheel \
  && groupadd --system --gid 10001 sie \
  && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /home/sie --create-home \
       --shell /usr/sbin/nologin sie
@@ -148,5 +174,5 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /home/sie
 EXPOSE 8080
 USER 10001:10001
-ENTRYPOINT ["sie-worker"]
+ENTRYPOINT ["/usr/bin/tini", "--", "sie-worker"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]

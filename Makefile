@@ -1,26 +1,38 @@
 # The README's two commands (`make run`, `make test`) and the chores around them. Every
 # target is idempotent; setup steps skip what their stamps say is already installed.
 .DEFAULT_GOAL := help
-.PHONY: help run test setup setup-tools lock version image images clean-tools
+.PHONY: help run test bench soak setup setup-tools lock version image images clean-tools
 
 BUNDLES := default sglang sglang-cu130
 IMAGE ?= ghcr.io/sie-workers/sie-worker
 VERSION := $(shell cat VERSION)
 
 help:
-	@echo "make run          set up .venv and serve the quickstart model on :8080 (HOST, PORT)"
+	@echo "make run          set up .venv and the chart tools, serve the quickstart model on :8080 (PORT)"
 	@echo "make test         set up .venv and .tools, then run every check (scripts/test)"
+	@echo "make bench        run every benchmark, rewrite docs/benchmarks.md (~11 min, not a test)"
+	@echo "make soak         the 10-minute soak of the worker; its figures go to docs/benchmarks.md"
 	@echo "make setup        Python environment only (.venv, from requirements/*.txt)"
-	@echo "make setup-tools  pinned chart/image tools only (.tools)"
+	@echo "make setup-tools  pinned tools only (.tools: chart tools, cluster control plane, SGLang parser)"
 	@echo "make lock         regenerate requirements/*.txt (UPGRADE=1 to move to newer versions)"
 	@echo "make version      write VERSION into the package and chart (V=x.y.z sets it first)"
 	@echo "make image        build one image bundle with docker (BUNDLE=$(BUNDLES))"
 
+# The quickstart sets up the Python environment and the pinned chart tools (helm & co., for
+# deploying what it serves), not the control plane that only the tests need.
 run: setup
+	scripts/setup-tools --no-cluster
 	scripts/run
 
 test: setup setup-tools
 	scripts/test
+
+# Benchmarks and the soak are measurements, not pass/fail tests: neither is part of `make test`.
+bench: setup setup-tools
+	tests/bench/run
+
+soak: setup
+	.venv/bin/python tests/reliability/soak.py
 
 setup:
 	scripts/setup

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by scripts/setup, setup-tools, test, lock, run: paths, environment, small helpers.
 # Source it; it defines no side effects beyond exported variables.
 
@@ -22,7 +23,9 @@ export GOTOOLCHAIN=local
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 # Kubernetes release the kubeconform schemas describe (scripts/setup-tools generates them).
+# shellcheck disable=SC2034  # used by the scripts that source this file
 K8S_SCHEMA_VERSION=1.36.3
+# shellcheck disable=SC2034
 K8S_SCHEMAS="$TOOLS/k8s-schemas"
 
 die() {

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Instruction", "Stage", "parse_dockerfile", "read_dockerignore", "dockerignored"]
+__all__ = ["Instruction", "Stage", "dockerignored", "parse_dockerfile", "read_dockerignore"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,9 @@ def parse_dockerfile(path: Path) -> tuple[dict[str, str], list[Stage]]:
         keyword = keyword.upper()
         if keyword == "FROM":
             words = args.split()
-            base = re.sub(r"\$\{(\w+)\}", lambda m: global_args.get(m.group(1), m.group(0)), words[0])
+            base = re.sub(
+                r"\$\{(\w+)\}", lambda m: global_args.get(m.group(1), m.group(0)), words[0]
+            )
             name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else str(len(stages))
             stages.append(Stage(name=name, base=base))
         elif keyword == "ARG" and not stages:

@@ -18,8 +18,8 @@ UID = "10001"
 GLOBAL_ARGS, STAGES = parse_dockerfile(ROOT / "Dockerfile")
 BY_NAME = {stage.name: stage for stage in STAGES}
 # Runtime packages the SGLang stages may install: Triton compiles its kernel launcher with
-# a C compiler at run time; nothing else of a toolchain is allowed.
-SGLANG_APT = {"ca-certificates", "gcc", "libc6-dev", "libnuma1"}
+# a C compiler at run time (and tini is PID 1); nothing else of a toolchain is allowed.
+SGLANG_APT = {"ca-certificates", "gcc", "libc6-dev", "libnuma1", "tini"}
 BUILD_TOOLS = re.compile(
     r"\b(build-essential|make|g\+\+|clang|git|curl|wget|cmake|ninja|uv|pip install)\b"
 )
@@ -83,10 +83,12 @@ def test_bundle_runs_sie_worker_as_the_charts_user(bundle: str) -> None:
     users = [u for s in reversed(_runtime(bundle)) for u in s.all("USER")]
     assert users, f"{bundle}: no USER"
     assert users[-1] == f"{UID}:{UID}", f"{bundle}: last USER is {users[-1]}"
-    assert stage.all("ENTRYPOINT")[-1] == '["sie-worker"]'
+    # tini as PID 1 reaps engine ranks orphaned by a crash; sie-worker is the program.
+    assert stage.all("ENTRYPOINT")[-1] == '["/usr/bin/tini", "--", "sie-worker"]'
     assert stage.all("CMD")[-1] == '["serve", "--host", "0.0.0.0", "--port", "8080"]'
     created = " ".join(r for s in _runtime(bundle) for r in s.all("RUN"))
-    assert f"--uid {UID}" in created and f"--gid {UID}" in created
+    assert f"--uid {UID}" in created
+    assert f"--gid {UID}" in created
 
 
 def test_image_uid_matches_the_charts_security_contexts() -> None:
@@ -123,7 +125,8 @@ def test_runtime_stages_carry_no_build_tools(bundle: str) -> None:
             packages = {
                 w for chunk in installed for w in chunk.split()[2:] if not w.startswith("-")
             }
-            allowed = SGLANG_APT if bundle.startswith("sglang") else set()
+            # tini everywhere (the runtime's PID 1); a C compiler only where Triton needs it.
+            allowed = SGLANG_APT if bundle.startswith("sglang") else {"tini"}
             assert packages <= allowed, f"{stage.name}: installs {packages - allowed}"
             assert not BUILD_TOOLS.search(run.replace("--no-install-recommends", "")), (
                 f"{stage.name}: {run}"
@@ -135,7 +138,8 @@ def test_bundle_installs_its_hash_checked_lock(bundle: str) -> None:
     lock = _bundle_lock(bundle)
     assert lock.name == f"bundle-{bundle}.txt"
     runs = " ".join(r for s in STAGES for r in s.all("RUN") if lock.name in r)
-    assert "--require-hashes" in runs and "--no-deps" in runs
+    assert "--require-hashes" in runs
+    assert "--no-deps" in runs
     text = lock.read_text()
     for name in _pins(lock):
         block = text.split(f"\n{name}==", 1)[-1].split("\n\n", 1)[0]
@@ -178,9 +182,31 @@ def test_sglang_bundles_straddle_the_0_5_20_flag_rename() -> None:
     )
 
 
-def test_cu130_bundle_runs_on_a_cuda_13_base() -> None:
-    bases = [s.base for s in _runtime("sglang-cu130") if s.base not in BY_NAME]
-    assert bases and re.search(r"cuda:13\.0\.", bases[-1]), bases
+def _cuda_of_lock(bundle: str) -> tuple[int, int]:
+    pins = _pins(_bundle_lock(bundle))
+    (runtime,) = [v for n, v in pins.items() if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", n)]
+    major, minor = _version(runtime)[:2]
+    return major, minor
+
+
+@pytest.mark.parametrize(("bundle", "major"), [("sglang", 12), ("sglang-cu130", 13)])
+def test_cuda_base_matches_the_cuda_of_the_bundles_torch(bundle: str, major: int) -> None:
+    # A base older than the wheels' CUDA lets the image start on a driver torch cannot use.
+    bases = [s.base for s in _runtime(bundle) if s.base not in BY_NAME]
+    assert bases, f"{bundle} has no image base"
+    found = re.search(r"cuda:(\d+)\.(\d+)\.\d+", bases[-1])
+    assert found, f"{bundle}: base {bases[-1]} is not an nvidia/cuda image"
+    base = (int(found.group(1)), int(found.group(2)))
+    wheels = _cuda_of_lock(bundle)
+    assert base[0] == wheels[0] == major, f"{bundle}: base CUDA {base}, torch wheels {wheels}"
+    assert base >= wheels, f"{bundle}: base CUDA {base} is older than its wheels' {wheels}"
+
+
+@pytest.mark.parametrize("lock", ["worker", *(f"bundle-{b}" for b in BUNDLES)])
+def test_image_locks_take_wheels_only(lock: str) -> None:
+    # The build stage has no compiler, and an sdist can fetch what no hash pins.
+    header = (ROOT / "requirements" / f"{lock}.txt").read_text().split("\n", 2)[1]
+    assert "--only-binary :all:" in header, header
 
 
 def test_build_context_leaves_tests_and_caches_out() -> None:

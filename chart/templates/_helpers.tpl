@@ -495,6 +495,12 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- $readyTimeout := int $common.modelReadyTimeoutSec -}}
 {{- $visibility := include "sie-workers.deviceVisibilityVariables" . | fromJsonArray -}}
 
+{{- /* Object names: Services need DNS labels, which Helm's release names need not be. */ -}}
+{{- $fullname := include "sie-workers.fullname" . -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $fullname) -}}
+{{- $errors = append $errors (printf "release name %q gives object names like %q, which are not DNS labels (lowercase letters, digits and '-', no dots) and the API server would refuse the Services after creating the Deployments: install under a name without dots, or set fullnameOverride" .Release.Name $fullname) -}}
+{{- end -}}
+
 {{- /* Probe budget: a model may take modelReadyTimeoutSec to load, within the liveness budget. */ -}}
 {{- if ge $readyTimeout $liveness -}}
 {{- $errors = append $errors (printf "workers.common.modelReadyTimeoutSec (%d s) must be below the worker liveness budget, probes.liveness.failureThreshold x periodSeconds (%d s): raise the liveness failureThreshold or periodSeconds, or lower modelReadyTimeoutSec" $readyTimeout $liveness) -}}

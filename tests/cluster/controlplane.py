@@ -399,9 +399,6 @@ class ControlPlane:
                 log = self.paths.log(name)
                 raise ControlPlaneError(f"{name} exited with {code}; {log}:\n{_tail(log)}")
 
-    def logs(self) -> Mapping[str, Path]:
-        return {name: self.paths.log(name) for name in COMPONENTS}
-
     # -- internals ----------------------------------------------------------------------
 
     def _spawn(self, name: str) -> None:

@@ -404,12 +404,6 @@ def test_longest_release_pool_and_bundle_names_are_accepted_by_the_api_server(
     assert {s["metadata"]["name"] for s in services} >= names
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chart (issue 3): Service names keep the dots of a release name such as `team.a`, "
-    "which the API server refuses after the Deployments were created; the chart should "
-    "refuse such a name at render time (naming it) or drop the dots",
-)
 def test_release_name_with_dots_installs_whole_or_not_at_all(kube: Kube, namespace: str) -> None:
     # Helm accepts dotted release names; Service names must be DNS labels (no dots).
     release = f"team.a-{secrets.token_hex(2)}"

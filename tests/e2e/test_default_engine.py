@@ -96,10 +96,10 @@ def _serve(configs: Path, devices: str, log: Path) -> WorkerProcess:
 def _shutdown(worker: WorkerProcess) -> None:
     worker.stop()
     leftovers = worker.surviving_engines()
-    for pid in leftovers:
+    for process in leftovers:
         with contextlib.suppress(psutil.NoSuchProcess):
-            psutil.Process(pid).kill()
-    assert not leftovers, f"engines outlived the worker: {leftovers}"
+            process.kill()
+    assert not leftovers, f"engines outlived the worker: {[p.pid for p in leftovers]}"
 
 
 def _post(worker: WorkerProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -187,6 +187,55 @@ def test_the_official_openai_client_works_against_the_worker_unchanged(
         )
         pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
         assert "".join(pieces) == reply.choices[0].message.content
+
+
+def test_the_worker_process_itself_never_loads_torch(worker: WorkerProcess) -> None:
+    _post(worker, "/v1/embeddings", {"model": MINILM, "input": "x"})
+    _post(worker, "/v1/completions", {"model": LLAMA, "prompt": "x", "max_tokens": 1})
+    engines = worker.engine_pids()
+    assert engines, "the engines run as the worker's children"
+    mapped = Path(f"/proc/{worker.process.pid}/maps").read_text()
+    assert "libtorch" not in mapped
+    assert any("libtorch" in Path(f"/proc/{pid}/maps").read_text() for pid in engines)
+
+
+def test_the_quickstart_script_serves_minilm_pinned_from_the_shipped_config(
+    minilm_dir: Path, tmp_path: Path
+) -> None:
+    """The README's first command (``make run`` ends in ``scripts/serve-quickstart``)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIE_", "CUDA_VISIBLE"))}
+    env.update({"PORT": str(free_port()), "SIE_DEVICES": "cpu", "PYTHONUNBUFFERED": "1"})
+    log = tmp_path / "quickstart.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(root / "scripts" / "serve-quickstart")],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    # the script execs the worker, so this pid is the worker's
+    worker = WorkerProcess(process, int(env["PORT"]), root / "values-examples" / "models", log)
+    try:
+        deadline = time.monotonic() + _TIMEOUT
+        while not _ready(worker):
+            assert process.poll() is None, f"quickstart exited:\n{worker.logs()}"
+            assert time.monotonic() < deadline, f"not ready in {_TIMEOUT}s:\n{worker.logs()}"
+            time.sleep(0.2)
+        model = worker.models()[MINILM]
+        assert (model["state"], model["pinned"]) == ("ready", True)
+        data = _post(worker, "/v1/embeddings", {"model": MINILM, "input": "Hello"})
+        vector = data["data"][0]["embedding"]
+        assert len(vector) == 384
+        assert math.isclose(math.sqrt(_dot(vector, vector)), 1.0, rel_tol=1e-4)
+    finally:
+        _shutdown(worker)
+
+
+def _ready(worker: WorkerProcess) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(worker.url + "/readyz", timeout=2.0).status_code == 200
+    return False
 
 
 def test_loading_a_second_model_on_one_cpu_evicts_the_first(

@@ -183,7 +183,8 @@ def start_worker(configs: Path, device: str, log: Path) -> tuple[subprocess.Pope
 
 
 def run_checks(url: str, device: str, mask: str, dims: int) -> None:
-    models = lambda: {m["id"]: m for m in http("GET", url + "/v1/models")["data"]}  # noqa: E731
+    def models() -> dict[str, Any]:
+        return {m["id"]: m for m in http("GET", url + "/v1/models")["data"]}
 
     def embeddings() -> str:
         started = time.monotonic()

@@ -105,7 +105,9 @@ class WorkerProcess:
     config_dir: Path
     log_path: Path
     api_key: str | None = None
-    engine_pids_seen: set[int] = field(default_factory=set)
+    # Processes, not bare pids: psutil checks a process's start time before it reports on
+    # or signals it, so a pid reused by another program is never mistaken for an engine.
+    engines_seen: dict[int, psutil.Process] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -133,9 +135,9 @@ class WorkerProcess:
             children = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return []
-        pids = [c.pid for c in children]
-        self.engine_pids_seen.update(pids)
-        return pids
+        for child in children:
+            self.engines_seen.setdefault(child.pid, child)
+        return [c.pid for c in children]
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -151,10 +153,10 @@ class WorkerProcess:
             self.process.wait()
             raise AssertionError(f"worker did not exit within {timeout}s after {signum}") from None
 
-    def surviving_engines(self, timeout: float = 10.0) -> list[int]:
+    def surviving_engines(self, timeout: float = 10.0) -> list[psutil.Process]:
         """Engines still alive after the worker exited (waits up to ``timeout`` for them)."""
         deadline = time.monotonic() + timeout
-        alive = list(self.engine_pids_seen)
+        alive = list(self.engines_seen.values())
         while alive and time.monotonic() < deadline:
             alive = [p for p in alive if _alive(p)]
             if alive:
@@ -162,9 +164,9 @@ class WorkerProcess:
         return alive
 
 
-def _alive(pid: int) -> bool:
+def _alive(process: psutil.Process) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
@@ -240,10 +242,10 @@ def start_worker(
             with contextlib.suppress(AssertionError):
                 worker.stop()
         leftovers += worker.surviving_engines()
-    for pid in leftovers:
+    for process in leftovers:
         with contextlib.suppress(psutil.NoSuchProcess):
-            psutil.Process(pid).kill()
-    assert not leftovers, f"engine processes outlived their worker: {leftovers}"
+            process.kill()
+    assert not leftovers, f"engine processes outlived their worker: {[p.pid for p in leftovers]}"
 
 
 def _wait_healthy(worker: WorkerProcess, timeout: float = 30.0) -> None:

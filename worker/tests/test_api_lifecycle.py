@@ -285,3 +285,18 @@ def test_worker_sigkill_leaves_no_engine_behind(start_worker: StartWorker) -> No
     assert len(engines) >= 2
     worker.stop(signal.SIGKILL)
     assert worker.surviving_engines() == []
+
+
+def test_a_pinned_model_whose_engine_dies_is_loaded_again(start_worker: StartWorker) -> None:
+    worker = start_worker(
+        [fake_model("org/p", width=2)], devices="cuda:0,cuda:1", env={"SIE_PINNED_MODELS": "org/p"}
+    )
+    wait_until(lambda: worker.models()["org/p"]["state"] == "ready")
+    first = worker.engine_pids()
+    for pid in first:
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: worker.models()["org/p"]["state"] != "ready", timeout=10)
+    wait_until(lambda: worker.models()["org/p"]["state"] == "ready", timeout=30)
+    assert worker.models()["org/p"]["pinned"] is True
+    assert set(worker.engine_pids()).isdisjoint(first)
+    assert worker.devices() == {"cuda:0": "org/p", "cuda:1": "org/p"}

@@ -308,7 +308,7 @@ def test_every_json_field_is_documented_in_the_readme(
     config = _model(tmp_path, shape, checkpoint_bytes=params * 2)
     out = _size_json(capsys, str(config), "--gpu-type", "h100")
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("<!-- SECTION:sizing", 1)[1].split("<!-- SECTION:", 1)[0]
+    section = readme.split("\n## Sizing", 1)[1].split("\n## ", 1)[0]
     nested = [f"{k}" for v in out.values() if isinstance(v, dict) for k in v]
     missing = [k for k in [*out, *nested] if f"`{k}`" not in section and k not in section]
     assert missing == []

@@ -11,6 +11,7 @@ import base64
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -28,7 +29,7 @@ import pytest
 from sie_worker.engines._device import StartupError, choose_placement
 from sie_worker.engines._errors import EngineError
 from sie_worker.engines._options import parse_options
-from sie_worker.engines._pooling import pooling_plan
+from sie_worker.engines._pooling import PoolingPlan, pooling_plan
 from sie_worker.engines._requests import (
     ChatMessage,
     parse_chat,
@@ -159,6 +160,31 @@ def test_pooling_plan_hands_unknown_stacks_to_sentence_transformers(tmp_path: Pa
     assert pooling_plan(tmp_path) is None
 
 
+def test_pooling_plan_accepts_a_sentence_transformers_6_text_stack(tmp_path: Path) -> None:
+    prefix = "sentence_transformers.base.modules."
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": prefix + "transformer.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": prefix + "pooling.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": prefix + "normalize.Normalize"},
+    ]
+    st_config = {
+        "transformer_task": "feature-extraction",
+        "modality_config": {
+            "text": {"method": "forward", "method_output_name": "last_hidden_state"}
+        },
+        "module_output_name": "token_embeddings",
+    }
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps(st_config))
+    (tmp_path / "1_Pooling").mkdir()
+    pooling = {"embedding_dimension": 384, "pooling_mode": "cls", "include_prompt": True}
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    assert pooling_plan(tmp_path) == PoolingPlan(mode="cls", max_seq_length=None, lowercase=False)
+    st_config["transformer_task"] = "fill-mask"
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps(st_config))
+    assert pooling_plan(tmp_path) is None
+
+
 def test_pooling_plan_defaults_to_mean_pooling_for_a_plain_model_dir(tmp_path: Path) -> None:
     plan = pooling_plan(tmp_path)
     assert plan is not None
@@ -216,9 +242,10 @@ def test_engine_command_line_refuses_unknown_flags_and_prefixes(extra: list[str]
     assert extra[0] in result.stderr
 
 
-def test_worker_cli_and_engine_module_import_without_torch() -> None:
+def test_worker_app_cli_and_engine_module_import_without_torch() -> None:
     code = (
-        "import sys, sie_worker.cli, sie_worker.engines.transformers, sie_worker.engines._app\n"
+        "import sys, sie_worker.cli, sie_worker.app, sie_worker.engines.transformers\n"
+        "import sie_worker.engines._app\n"
         "heavy = sorted(m for m in ('torch', 'transformers', 'sentence_transformers', 'sglang')"
         " if m in sys.modules)\n"
         "print(','.join(heavy))"
@@ -564,6 +591,67 @@ def test_openai_client_works_against_the_engine_unchanged(
         model="tiny-llama", messages=messages, max_tokens=4, temperature=0
     )
     assert "".join(pieces) == greedy.choices[0].message.content
+
+
+_ST_DENSE_BUILDER = """
+import json, sys, torch
+from sentence_transformers import SentenceTransformer, models
+source, target, texts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+torch.manual_seed(0)
+stack = [models.Transformer(source), models.Pooling(384, "mean"), models.Dense(384, 16)]
+model = SentenceTransformer(modules=stack, device="cpu")
+model.save(target)
+print(json.dumps(model.encode(texts, normalize_embeddings=True).tolist()))
+"""
+
+
+@pytest.mark.slow
+def test_other_sentence_transformers_stacks_are_served_by_sentence_transformers(
+    minilm_dir: Path, tmp_path: Path
+) -> None:
+    texts = ["A dense layer on top.", "Sixteen numbers per sentence."]
+    target = tmp_path / "minilm-dense16"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    built = subprocess.run(
+        [sys.executable, "-c", _ST_DENSE_BUILDER, str(minilm_dir), str(target), json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    reference = json.loads(built.stdout.strip().splitlines()[-1])
+    engine = start_engine(["--model-path", str(target), "--task", "encode"], tmp_path / "log")
+    try:
+        (model,) = httpx.get(engine.url + "/v1/models").json()["data"]
+        assert (model["backend"], model["dimensions"]) == ("sentence-transformers", 16)
+        for ours, theirs in zip(_embed(engine, texts), reference, strict=True):
+            assert ours == pytest.approx(theirs, abs=1e-5)
+    finally:
+        _stop(engine)
+
+
+@pytest.mark.slow
+def test_chat_without_a_template_uses_the_documented_fallback(
+    tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    plain = tmp_path / "no-template"
+    shutil.copytree(tiny_llama_dir, plain)
+    (plain / "chat_template.jinja").unlink()
+    engine = start_engine(["--model-path", str(plain), "--task", "generate"], tmp_path / "log")
+    try:
+        assert httpx.get(engine.url + "/health").json()["chat_template"] is False
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+        chat = engine.post(
+            "/v1/chat/completions", {"messages": messages, "max_tokens": 4, "temperature": 0}
+        ).json()
+        prompt = "system: Be brief.\nuser: Hi\nassistant:"
+        completion = engine.post(
+            "/v1/completions", {"prompt": prompt, "max_tokens": 4, "temperature": 0}
+        ).json()
+        assert chat["usage"] == completion["usage"]
+        assert chat["choices"][0]["message"]["content"] == completion["choices"][0]["text"]
+    finally:
+        _stop(engine)
 
 
 @pytest.mark.slow

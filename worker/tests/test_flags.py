@@ -11,11 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sie_worker import flags
+from sie_worker.sglang_version import BUNDLE_VERSIONS, PINNED_VERSION
 
 TABLES = flags.option_tables()
-NEWEST = TABLES[0]
-RESERVED_STRINGS = sorted(s for s, d in NEWEST.options.items() if d in flags.RESERVED_DESTS)
-OTHER_STRINGS = sorted(s for s, d in NEWEST.options.items() if d not in flags.RESERVED_DESTS)
+
+
+def _strings(table: flags.OptionTable, *, reserved: bool) -> list[str]:
+    return sorted(s for s, d in table.options.items() if (d in flags.RESERVED_DESTS) == reserved)
+
+
 SEED_FLAGS = [
     "--tensor-parallel-size",
     "--tp-size",
@@ -37,8 +41,33 @@ SEED_FLAGS = [
 
 
 def test_tables_ship_for_the_pinned_releases() -> None:
-    assert [t.version for t in TABLES] == ["0.5.23", "0.5.19"]
+    assert [t.version for t in TABLES] == ["0.5.23", "0.5.10.post1"]
+    assert {t.version for t in TABLES} == {*BUNDLE_VERSIONS.values(), PINNED_VERSION}
     assert all(t.complete for t in TABLES)
+
+
+@pytest.mark.parametrize("table", TABLES, ids=lambda t: t.version)
+@pytest.mark.parametrize("flag", SEED_FLAGS)
+def test_every_release_knows_every_seed_flag_under_a_reserved_dest(
+    table: flags.OptionTable, flag: str
+) -> None:
+    # 0.5.10.post1 stores --tp-size as tensor_parallel_size, 0.5.23 as tp_size.
+    assert table.options[flag] in flags.RESERVED_DESTS
+    assert flags.reserved_flag_problem(flag, [table]) is not None
+
+
+def test_a_token_is_refused_when_any_shipped_table_reads_it_as_reserved() -> None:
+    newer = flags.OptionTable("9.0.0", {"--tp-size": "tp_size", "--dist-timeout": "dist_timeout"})
+    older = flags.OptionTable(
+        "8.0.0",
+        {"--tp-size": "tensor_parallel_size", "--dist-init-addr": "dist_init_addr"},
+    )
+    assert flags.reserved_flag_problem("--dist-i", [newer]) is None
+    message = flags.reserved_flag_problem("--dist-i", [newer, older])
+    assert message is not None
+    assert "--dist-init-addr" in message
+    assert flags.reserved_flag_problem("--tp=2", [older]) is not None
+    assert flags.reserved_flag_problem("--dist-timeout=5", [newer, older]) is None
 
 
 @pytest.mark.parametrize("flag", SEED_FLAGS)
@@ -132,7 +161,7 @@ def test_without_a_table_any_prefix_of_a_reserved_flag_is_refused() -> None:
     assert flags.reserved_flag_problem("--chat-template", fallback) is None
 
 
-# --- properties against the real option list -----------------------------------------------
+# --- properties against the real option lists, every shipped release -------------------------
 
 
 def _prefixes(strings: list[str]) -> st.SearchStrategy[str]:
@@ -142,38 +171,47 @@ def _prefixes(strings: list[str]) -> st.SearchStrategy[str]:
 
 
 _values = st.one_of(st.none(), st.text(max_size=12))
+_tables = pytest.mark.parametrize("table", TABLES, ids=lambda t: t.version)
 
 
-@settings(max_examples=400)
-@given(prefix=_prefixes(RESERVED_STRINGS), value=_values)
+@_tables
+@settings(max_examples=300)
+@given(data=st.data(), value=_values)
 def test_any_prefix_of_a_reserved_flag_is_refused_unless_it_is_another_option(
-    prefix: str, value: str | None
+    table: flags.OptionTable, data: st.DataObject, value: str | None
 ) -> None:
+    prefix = data.draw(_prefixes(_strings(table, reserved=True)))
     token = prefix if value is None else f"{prefix}={value}"
-    exact_other = prefix in NEWEST.options and NEWEST.options[prefix] not in flags.RESERVED_DESTS
-    refused = flags.reserved_flag_problem(token, [NEWEST]) is not None
+    exact_other = prefix in table.options and table.options[prefix] not in flags.RESERVED_DESTS
+    refused = flags.reserved_flag_problem(token, [table]) is not None
     assert refused != exact_other
 
 
-@settings(max_examples=400)
-@given(option=st.sampled_from(OTHER_STRINGS), value=_values)
-def test_a_non_reserved_option_spelled_out_is_allowed(option: str, value: str | None) -> None:
+@_tables
+@settings(max_examples=300)
+@given(data=st.data(), value=_values)
+def test_a_non_reserved_option_spelled_out_is_allowed(
+    table: flags.OptionTable, data: st.DataObject, value: str | None
+) -> None:
+    option = data.draw(st.sampled_from(_strings(table, reserved=False)))
     token = option if value is None else f"{option}={value}"
     assert flags.reserved_flag_problem(token) is None
 
 
-@settings(max_examples=400)
-@given(prefix=_prefixes(RESERVED_STRINGS + OTHER_STRINGS), value=_values)
+@_tables
+@settings(max_examples=300)
+@given(data=st.data(), value=_values)
 def test_a_unique_prefix_resolves_to_the_one_option_it_starts(
-    prefix: str, value: str | None
+    table: flags.OptionTable, data: st.DataObject, value: str | None
 ) -> None:
+    prefix = data.draw(_prefixes(sorted(table.options)))
     token = prefix if value is None else f"{prefix}={value}"
-    match = flags.resolve(token, NEWEST)
-    starting = [s for s in NEWEST.options if s.startswith(prefix)]
-    if prefix in NEWEST.options:
-        assert match.dest == NEWEST.options[prefix]
+    match = flags.resolve(token, table)
+    starting = [s for s in table.options if s.startswith(prefix)]
+    if prefix in table.options:
+        assert match.dest == table.options[prefix]
     elif len(starting) == 1:
-        assert match.dest == NEWEST.options[starting[0]]
+        assert match.dest == table.options[starting[0]]
     else:
         assert match.ambiguous
         assert set(match.candidates) == set(starting)

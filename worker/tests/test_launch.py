@@ -174,6 +174,7 @@ def test_watchdog_is_passed_in_seconds(declared: float, flag: str) -> None:
         ("0.5.20", "--disable-prefill-cuda-graph"),
         ("0.5.20.post1", "--disable-prefill-cuda-graph"),
         ("0.5.19", "--disable-piecewise-cuda-graph"),
+        ("0.5.10.post1", "--disable-piecewise-cuda-graph"),
         ("0.4.10", "--disable-piecewise-cuda-graph"),
     ],
 )
@@ -200,6 +201,7 @@ def test_prefill_graph_flag_is_omitted_when_the_profile_keeps_capture_on() -> No
             ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"],
         ),
         ("0.5.18", ["--disable-cuda-graph"]),
+        ("0.5.10.post1", ["--disable-cuda-graph"]),
     ],
 )
 def test_disable_cuda_graph_replaces_the_prefill_flag(version: str, args: list[str]) -> None:
@@ -325,7 +327,7 @@ def test_release_falls_back_to_the_environment_then_the_bundle(
 
     monkeypatch.setattr(sglang_version, "installed_version", lambda: None)
     assert engine_version("sglang", {"SIE_SGLANG_VERSION": "0.5.21"}) == "0.5.21"
-    assert engine_version("sglang", {}) == "0.5.19"
+    assert engine_version("sglang", {}) == "0.5.10.post1"
     assert engine_version("sglang-cu130", {}) == "0.5.23"
     assert engine_version("default", {}) == "0.5.23"
 

@@ -414,6 +414,16 @@ async def test_unload_goes_to_every_slot_holding_the_model() -> None:
         assert [w.models["a"]["state"] for w in p.workers] == ["unloaded"] * 4
 
 
+async def test_unload_of_a_model_that_lives_nowhere_is_not_recorded_as_a_load() -> None:
+    async with pod(slots=2) as p:
+        await p.until(lambda: p.slot_up(1), "poll")
+        r = await p.client.post("/v1/models/a/unload")
+        assert r.status_code == 200
+        views = p.app.state.table.views()
+        assert [v.state_of("a") for v in views] == ["unloaded", "unloaded"]
+        assert _sample(p, "sie_router_queued_requests") == 0
+
+
 async def test_load_of_a_model_that_lives_nowhere_goes_where_a_request_would() -> None:
     async with pod() as p:
         p.workers[0].preload("b")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from sie_worker.router_settings import RouterSettings, RouterSettingsError
@@ -67,3 +69,30 @@ def test_api_key_and_timeouts_are_read() -> None:
     assert settings.api_key == "k"
     assert settings.poll_interval_s == 0.25
     assert settings.read_timeout_s == 60.0
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "router",
+        "router_merge",
+        "router_metrics",
+        "router_policy",
+        "router_relay",
+        "router_request",
+        "router_settings",
+        "router_state",
+    ],
+)
+def test_router_modules_export_exactly_their_public_names(name: str) -> None:
+    module = importlib.import_module(f"sie_worker.{name}")
+    exported = set(module.__all__)
+    assert all(hasattr(module, n) for n in exported)
+    defined = {
+        n
+        for n, v in vars(module).items()
+        if not n.startswith("_")
+        and getattr(v, "__module__", module.__name__) == module.__name__
+        and (isinstance(v, type) or callable(v))
+    }
+    assert defined <= exported, defined - exported

@@ -1,9 +1,11 @@
 """SGLang's own argument parser accepts every argv the worker builds, and resolves flags the
 way :mod:`sie_worker.flags` says it does.
 
-The parser runs in a subprocess (the worker never imports SGLang): the pinned 0.5.23 from the
-venv, and 0.5.19 (the ``sglang`` bundle's release) from a ``--no-deps`` target folder when
-one exists (``SIE_SGLANG_0519_PATH``, default ``.tools/sglang-0.5.19``).
+Each bundle's argvs meet the parser of the release that bundle runs: ``default`` and
+``sglang-cu130`` the venv's SGLang 0.5.23, ``sglang`` SGLang 0.5.10.post1 from the ``--no-deps``
+target folder that ``scripts/setup-tools`` installs (``.tools/sglang-0.5.10``;
+``SIE_SGLANG_OLD_PATH`` points elsewhere). The parser runs in a subprocess (the worker never
+imports SGLang). Without a parser the tests skip locally and fail in CI (``CI=true``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,13 +28,15 @@ from sie_worker.config import parse_config, served_models
 from sie_worker.launch import plan_launch
 from sie_worker.loadtime import resolve_load_options
 from sie_worker.settings import Settings
-from sie_worker.sglang_version import version_key
+from sie_worker.sglang_version import BUNDLE_VERSIONS, PINNED_VERSION, version_key
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = Path(__file__).with_name("sglang_parser_harness.py")
 TABLE_SCRIPT = ROOT / "scripts" / "sglang-options"
 DATA = ROOT / "worker" / "src" / "sie_worker" / "data"
-SGLANG_0519 = Path(os.environ.get("SIE_SGLANG_0519_PATH", ROOT / ".tools" / "sglang-0.5.19"))
+OLD_RELEASE = BUNDLE_VERSIONS["sglang"]
+OLD_PATH = Path(os.environ.get("SIE_SGLANG_OLD_PATH", ROOT / ".tools" / "sglang-0.5.10"))
+IN_CI = os.environ.get("CI", "").lower() == "true"
 DEVICES = tuple(f"cuda:{i}" for i in range(8))
 ADAPTERS = {
     "generation": "sie_server.adapters.sglang.generation:SGLangGenerationAdapter",
@@ -61,6 +66,18 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
     },
 }
 BUNDLES = ("default", "sglang", "sglang-cu130")
+
+
+def _bundles_of(release: str) -> tuple[str, ...]:
+    """The bundles whose engine runs ``release``."""
+    return tuple(b for b in BUNDLES if BUNDLE_VERSIONS.get(b, PINNED_VERSION) == release)
+
+
+def _missing(reason: str) -> None:
+    # CI must check every bundle's argvs; a developer machine may lack a parser.
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: a missing parser fails the run)", pytrace=False)
+    pytest.skip(reason)
 
 
 def _config(adapter: str, width: int, option_set: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +112,7 @@ def _config(adapter: str, width: int, option_set: dict[str, Any]) -> dict[str, A
 
 def _cases(sglang_version: str) -> Iterator[tuple[str, list[str]]]:
     for adapter, width, (name, option_set), bundle in itertools.product(
-        ADAPTERS, (1, 2, 4, 8), OPTION_SETS.items(), BUNDLES
+        ADAPTERS, (1, 2, 4, 8), OPTION_SETS.items(), _bundles_of(sglang_version)
     ):
         if width < option_set.get("min_width", 1):
             continue
@@ -143,7 +160,8 @@ def _prefix_tokens(options: list[str]) -> list[str]:
     return sorted(tokens)
 
 
-def _release(version: str, python_path: Path | None) -> dict[str, Any]:
+def _release(version: str, python_path: Path | None, *, server_args: bool) -> dict[str, Any]:
+    """Plan this release's argvs and run its parser on them (and ``ServerArgs`` when asked)."""
     cases = list(_cases(version))
     table = json.loads((DATA / f"sglang-options-{version}.json").read_text(encoding="utf-8"))
     tokens = _prefix_tokens(list(table["options"]))
@@ -152,7 +170,7 @@ def _release(version: str, python_path: Path | None) -> dict[str, Any]:
         {
             "argvs": [argv for _, argv in cases],
             "tokens": tokens,
-            "server_args": True,
+            "server_args": server_args,
             "table_script": str(TABLE_SCRIPT),
         },
     )
@@ -168,32 +186,64 @@ def _release(version: str, python_path: Path | None) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def sglang_0523() -> dict[str, Any]:
+def sglang_pinned() -> dict[str, Any]:
     if importlib.util.find_spec("sglang") is None:
-        pytest.skip("sglang is not installed (requirements/sglang-nodeps.txt installs it)")
-    return _release("0.5.23", None)
+        _missing(
+            f"no SGLang {PINNED_VERSION} in the venv: scripts/setup installs it "
+            "(requirements/sglang-nodeps.txt)"
+        )
+    return _release(PINNED_VERSION, None, server_args=True)
 
 
 @pytest.fixture(scope="module")
-def sglang_0519() -> dict[str, Any]:
-    if not (SGLANG_0519 / "sglang").is_dir():
-        pytest.skip(
-            f"no SGLang 0.5.19 parser at {SGLANG_0519}: install it with `uv pip install "
-            f"--target {SGLANG_0519} --no-deps -r requirements/sglang-0.5.19-nodeps.txt` "
-            "(or point SIE_SGLANG_0519_PATH at such a folder)"
+def sglang_old() -> dict[str, Any]:
+    if not (OLD_PATH / "sglang").is_dir():
+        _missing(
+            f"no SGLang {OLD_RELEASE} parser at {OLD_PATH}: scripts/setup-tools installs it "
+            "(requirements/sglang-0.5.10-nodeps.txt), or point SIE_SGLANG_OLD_PATH at such a "
+            "folder"
         )
-    return _release("0.5.19", SGLANG_0519)
+    # Its ServerArgs.__post_init__ probes for an accelerator and loads the model's config, so
+    # on a CPU machine only its argparse layer (what accepts or refuses an argv) is run.
+    return _release(OLD_RELEASE, OLD_PATH, server_args=False)
 
 
-@pytest.fixture(params=["0.5.23", "0.5.19"])
+@pytest.fixture(params=[PINNED_VERSION, OLD_RELEASE])
 def release(request: pytest.FixtureRequest) -> dict[str, Any]:
-    fixture = "sglang_0523" if request.param == "0.5.23" else "sglang_0519"
+    fixture = "sglang_pinned" if request.param == PINNED_VERSION else "sglang_old"
     result: dict[str, Any] = request.getfixturevalue(fixture)
     return result
 
 
 def test_parser_runs_the_release_under_test(release: dict[str, Any]) -> None:
     assert release["version"] == release["table"]["sglang"]
+
+
+def test_every_bundle_is_checked_against_the_release_it_runs() -> None:
+    assert set(_bundles_of(PINNED_VERSION)) == {"default", "sglang-cu130"}
+    assert _bundles_of(OLD_RELEASE) == ("sglang",)
+    assert OLD_RELEASE == "0.5.10.post1"
+    assert set(_bundles_of(PINNED_VERSION) + _bundles_of(OLD_RELEASE)) == set(BUNDLES)
+
+
+def _sglang_pin(lock: str) -> str:
+    text = (ROOT / "requirements" / lock).read_text(encoding="utf-8")
+    found = re.search(r"^sglang==(\S+)", text, re.MULTILINE)
+    assert found, f"requirements/{lock} pins no sglang"
+    return found.group(1)
+
+
+def test_bundle_releases_are_the_ones_the_images_and_parsers_install() -> None:
+    # The worker's fallback per bundle, the image locks and the parsers the tests run agree.
+    assert _sglang_pin("bundle-sglang.txt") == BUNDLE_VERSIONS["sglang"]
+    assert _sglang_pin("sglang-0.5.10-nodeps.txt") == BUNDLE_VERSIONS["sglang"]
+    assert _sglang_pin("bundle-sglang-cu130.txt") == BUNDLE_VERSIONS["sglang-cu130"]
+    assert _sglang_pin("sglang-nodeps.txt") == PINNED_VERSION
+
+
+def test_every_planned_argv_is_for_a_bundle_of_the_release(release: dict[str, Any]) -> None:
+    bundles = {name.rsplit("/", 1)[1] for name, _ in release["cases"]}
+    assert bundles == set(_bundles_of(release["version"]))
 
 
 def test_sglang_accepts_every_planned_argv(release: dict[str, Any]) -> None:
@@ -208,7 +258,9 @@ def test_sglang_accepts_every_planned_argv(release: dict[str, Any]) -> None:
 def test_sglang_reads_width_ports_and_budgets_as_planned(release: dict[str, Any]) -> None:
     for (name, argv), result in zip(release["cases"], release["argvs"], strict=True):
         values = result["values"]
-        assert values["tp_size"] == int(argv[argv.index("--tp-size") + 1]), name
+        # 0.5.10.post1 stores --tp-size as tensor_parallel_size, 0.5.23 as tp_size.
+        tp_size = values.get("tp_size", values.get("tensor_parallel_size"))
+        assert tp_size == int(argv[argv.index("--tp-size") + 1]), name
         assert (values["host"], values["port"], values["nccl_port"]) == (
             "127.0.0.1",
             30000,
@@ -232,6 +284,7 @@ def test_prefill_graph_capture_is_off_exactly_when_the_seed_says(release: dict[s
             expected_off = width > 1 or name.endswith("/sglang-cu130")
         prefill_off = (
             values.get("disable_prefill_cuda_graph") is True
+            or values.get("disable_piecewise_cuda_graph") is True  # before 0.5.20
             or values.get("cuda_graph_backend_prefill") == "disabled"
             or values.get("disable_cuda_graph") is True
         )

@@ -137,7 +137,13 @@ async def _sie_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
-        return _error_response(MethodNotAllowed(f"{request.method} is not allowed here"))
+        allowed = (exc.headers or {}).get("Allow")
+        return _error_response(
+            MethodNotAllowed(
+                f"{request.method} is not allowed here" + (f"; use {allowed}" if allowed else ""),
+                headers={"Allow": allowed} if allowed else None,
+            )
+        )
     if exc.status_code == 404:
         return _error_response(NotFound(f"no endpoint at {request.url.path}"))
     error = SieError(str(exc.detail), status=exc.status_code)
@@ -268,7 +274,7 @@ def _observe_on_release(lease: Lease, metrics: WorkerMetrics, started: float) ->
 def _payload(body: bytes) -> dict[str, Any]:
     try:
         payload = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
         raise InvalidRequest("the request body is not valid JSON") from None
     if not isinstance(payload, dict):
         raise InvalidRequest("the request body must be a JSON object")
@@ -343,10 +349,13 @@ async def _put_config(request: Request) -> Response:
     store = _store(request)
     store.check_writable()
     sie_id = request.path_params["sie_id"]
-    if sie_id not in store.paths:
-        store.path_for(sie_id)  # refuse ids that cannot name a file before reading the body
+    # The file it goes to (ids that cannot name a file are refused before the body is read);
+    # a relative model_path in the body resolves against that file's folder.
+    target = store.paths.get(sie_id) or store.path_for(sie_id)
     body = await request.body()
-    config, media = parse_body(body, request.headers.get("content-type", ""))
+    config, media = parse_body(
+        body, request.headers.get("content-type", ""), base_dir=target.parent
+    )
     created = await store.write(sie_id, config, body, media)
     manager = _manager(request)
     await manager.apply_config(config)

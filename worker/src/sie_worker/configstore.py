@@ -22,9 +22,10 @@ from typing import Any
 import anyio
 import yaml
 
-from sie_worker.config import ModelConfig, parse_config
+from sie_worker.config import MAX_CONFIG_BYTES, ModelConfig, parse_config, parse_config_text
 from sie_worker.errors import Forbidden, InvalidConfig, InvalidRequest, Problem, UnknownModel
 from sie_worker.settings import ConfigApiMode
+from sie_worker.yamldoc import MAX_DEPTH
 
 __all__ = ["ConfigStore", "parse_body", "plain"]
 
@@ -123,22 +124,28 @@ class ConfigStore:
         return target
 
 
-def parse_body(body: bytes, content_type: str) -> tuple[ModelConfig, str]:
-    """Parse a Config API body (YAML or JSON); return the config and which it was."""
-    media = "json" if "json" in content_type.lower() else "yaml"
+def parse_body(
+    body: bytes, content_type: str, *, base_dir: Path | None = None
+) -> tuple[ModelConfig, str]:
+    """Parse a Config API body (YAML or JSON) with the same checks as a file; return the
+    config and which it was. ``base_dir`` is where a relative ``model_path`` resolves."""
+    # The size limit of config files: a config the API accepts must also load at start.
+    if len(body) > MAX_CONFIG_BYTES:
+        message = f"is larger than {MAX_CONFIG_BYTES} bytes; a model config is a few lines"
+        raise InvalidConfig([Problem("$", message, _SOURCE)])
+    if "json" not in content_type.lower():
+        return parse_config_text(body, source=_SOURCE, base_dir=base_dir), "yaml"
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidConfig([Problem("$", "the body is not UTF-8 text", _SOURCE)]) from None
-    try:
-        data: Any = json.loads(text) if media == "json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        kind = "JSON" if media == "json" else "YAML"
+        data: Any = json.loads(body)
+    except RecursionError:  # not a ValueError: it would be an internal error (500)
+        message = f"is nested too deeply; a model config needs < {MAX_DEPTH} levels"
+        raise InvalidConfig([Problem("$", message, _SOURCE)]) from None
+    except (ValueError, UnicodeDecodeError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidConfig(
-            [Problem("$", f"the body is not valid {kind} ({detail})", _SOURCE)]
+            [Problem("$", f"the body is not valid JSON ({detail})", _SOURCE)]
         ) from None
-    return parse_config(data, source=_SOURCE), media
+    return parse_config(data, source=_SOURCE, base_dir=base_dir), "json"
 
 
 def plain(document: Any) -> Any:

@@ -1,8 +1,11 @@
 """One engine subprocess: start it, wait until it is ready, watch it, stop it.
 
 Each engine runs in its own process group (so stopping it stops every rank it spawned),
-with a parent-death signal so it never outlives a worker killed with SIGKILL. Its output
-goes to the worker log, prefixed with the model id; the last lines are kept for errors.
+with a parent-death signal so it never outlives a worker killed with SIGKILL. That signal
+reaches the engine's main process only, so a detached guard process (:class:`_GroupGuard`)
+also holds every live engine group and SIGKILLs them when the worker is gone, however it
+ended: rank processes never outlive the worker either. Its output goes to the worker log,
+prefixed with the model id; the last lines are kept for errors.
 """
 
 from __future__ import annotations
@@ -13,19 +16,23 @@ import ctypes
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 
 import httpx
+import psutil
 
 from sie_worker.errors import LoadFailed, StartupTimeout
 
-__all__ = ["EngineProcess", "PortInUse"]
+__all__ = ["EngineProcess", "PortInUse", "start_group_guard"]
 
 _log = logging.getLogger("sie_worker.engine")
 _PR_SET_PDEATHSIG = 1
 _TAIL_LINES = 40
+_POLL_FAST_S = 0.025
 _PORT_IN_USE_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
 
 try:  # Loaded once, before any fork: the child only makes the call.
@@ -44,7 +51,7 @@ async def _exited(pid: int) -> None:
     try:
         fd = os.pidfd_open(pid)
     except (OSError, AttributeError):
-        while _running(pid):
+        while _running(pid):  # noqa: ASYNC110 - no event to wait on without a pidfd
             await asyncio.sleep(0.05)
         return
     loop = asyncio.get_running_loop()
@@ -68,6 +75,98 @@ def _running(pid: int) -> bool:
     except ChildProcessError:
         return False
     return waited == 0
+
+
+# Run as `python -c`: detach (so it is nobody's engine child), then track "+pgid"/"-pgid"
+# lines; end of file means the worker is gone, however it ended: kill what is left.
+_GUARD_SCRIPT = """
+import os, signal, sys
+if os.fork():
+    os._exit(0)
+groups = set()
+for line in sys.stdin.buffer:
+    try:
+        pgid = int(line[1:])
+    except ValueError:
+        continue
+    (groups.add if line[:1] == b"+" else groups.discard)(pgid)
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class _GroupGuard:
+    """Kills every registered engine process group once the worker process is gone.
+
+    The parent-death signal only reaches an engine's main process; the ranks it spawned
+    (which a real engine may or may not tie to their parent) would otherwise outlive a
+    worker killed with SIGKILL. Best effort: without the guard, engines still stop with
+    the worker in every other way.
+    """
+
+    def __init__(self) -> None:
+        self._pipe: int | None = None  # a raw fd: closed by the process's exit, never before
+        self._started = False
+
+    def start(self) -> None:
+        """Start the guard process (blocks briefly: call it at worker start, not per load)."""
+        if not self._started:
+            self._started = True
+            self._pipe = _start_guard()
+
+    def add(self, pgid: int) -> None:
+        self.start()  # already started by the worker's lifespan; a fallback for direct use
+        self._send(b"+%d\n" % pgid)
+
+    def remove(self, pgid: int) -> None:
+        self._send(b"-%d\n" % pgid)
+
+    def _send(self, line: bytes) -> None:
+        if self._pipe is None:
+            return
+        try:
+            os.write(self._pipe, line)
+        except OSError:  # the guard is gone (killed by someone): carry on without it
+            _log.warning("the engine group guard is gone; rank processes may outlive a SIGKILL")
+            os.close(self._pipe)
+            self._pipe = None
+
+
+def _start_guard() -> int | None:
+    """Start the guard; return the write end of its pipe (non-inheritable: engines never
+    hold it, so it closes exactly when this process ends)."""
+    read_end, write_end = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-c", _GUARD_SCRIPT],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        process.wait(timeout=30)  # the first process exits at once; its forked child stays
+    except (OSError, subprocess.SubprocessError) as exc:
+        os.close(write_end)
+        _log.warning(
+            "cannot start the engine group guard (%s); rank processes may outlive "
+            "a SIGKILL of the worker",
+            exc,
+        )
+        return None
+    finally:
+        os.close(read_end)
+    return write_end
+
+
+_guard = _GroupGuard()
+
+
+def start_group_guard() -> None:
+    """Start the process that kills engine groups left behind if this worker dies."""
+    _guard.start()
 
 
 class PortInUse(LoadFailed):
@@ -104,6 +203,7 @@ class EngineProcess:
         except OSError as exc:
             raise LoadFailed(f"{model}: cannot start engine {argv[0]!r}: {exc}") from exc
         _log.info("%s: engine started (pid %d, port %d)", model, process.pid, port)
+        _guard.add(process.pid)  # its own session: the group id is its pid
         return cls(model, process, port)
 
     @property
@@ -130,7 +230,8 @@ class EngineProcess:
         self, client: httpx.AsyncClient, health_path: str, timeout_s: float
     ) -> None:
         """Poll the health endpoint until it answers 200, the engine exits, or time runs out."""
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         delay = 0.01
         url = self.base_url + health_path
         while True:
@@ -146,13 +247,18 @@ class EngineProcess:
                 )
             try:
                 response = await client.get(url, timeout=min(2.0, max(remaining, 0.05)))
-                if response.status_code == 200:
+                # Only our engine's answer counts: another process (an engine of a worker
+                # sharing the network namespace) may have taken the port after our bind
+                # test; our engine then exits with "address already in use".
+                if response.status_code == 200 and self._owns_port():
                     return
             except httpx.HTTPError:
                 pass
             # Wake early if the engine exits while we sleep.
             await asyncio.wait({self._exited}, timeout=min(delay, max(remaining, 0.0)))
-            delay = min(delay * 1.5, 0.5)
+            # Poll briskly while a quick engine may be about to answer (the wait adds to every
+            # load), then back off: a large model takes minutes and polls cost a little each.
+            delay = min(delay * 1.5, _POLL_FAST_S if time.monotonic() - started < 10 else 0.5)
 
     async def stop(self, grace_s: float) -> int | None:
         """SIGTERM the process group, SIGKILL it after ``grace_s``; reap; return the exit code."""
@@ -166,8 +272,27 @@ class EngineProcess:
         # Kill whatever is left in the group (ranks the main process spawned), then reap.
         self._signal_group(signal.SIGKILL)
         code = await self._exited
+        _guard.remove(self.process.pid)  # the group is killed and its leader reaped
         await self._reader_drained()
         return code
+
+    def _owns_port(self) -> bool:
+        """Whether a process of this engine listens on its port (True when unknowable)."""
+        try:
+            root = psutil.Process(self.process.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return False
+        inspected = False
+        for process in processes:
+            try:
+                sockets = process.net_connections(kind="tcp")
+            except psutil.Error:
+                continue
+            inspected = True
+            if any(s.status == psutil.CONN_LISTEN and s.laddr.port == self.port for s in sockets):
+                return True
+        return not inspected
 
     def _signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -177,7 +302,8 @@ class EngineProcess:
         # Not process.wait(): on Python 3.11 it also waits until every copy of the output
         # pipe is closed, which a surviving child of the engine can keep open forever.
         await _exited(self.process.pid)
-        while self.process.returncode is None:  # the child watcher reaps it momentarily
+        # The child watcher reaps it momentarily and sets no event we could wait on.
+        while self.process.returncode is None:  # noqa: ASYNC110
             await asyncio.sleep(0.005)
         code = self.process.returncode
         level = logging.INFO if self.stopping else logging.WARNING

@@ -3,8 +3,10 @@
 SGLang's parser has ``allow_abbrev`` on: ``--tp=2`` sets ``--tp-size`` because ``--tp`` is the
 unique prefix of it. The worker never imports SGLang, so it resolves tokens against option
 tables generated from SGLang's own parser (``scripts/sglang-options`` writes
-``data/sglang-options-<version>.json``). A token is refused when, in any shipped table, it
-resolves to a reserved ``dest`` or is an ambiguous prefix with a reserved candidate.
+``data/sglang-options-<version>.json``), one per release a bundle runs: 0.5.23 and 0.5.10.post1.
+A token is refused when, in any shipped table, it resolves to a reserved ``dest`` or is an
+ambiguous prefix with a reserved candidate. Releases name some dests differently (0.5.10.post1
+stores ``--tp-size`` as ``tensor_parallel_size``, 0.5.23 as ``tp_size``); both are reserved.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ _REASONS: Mapping[str, tuple[str, str]] = {
         "remove it and set adapter_options.loadtime.nccl_port to choose one",
     ),
 }
+# Older releases' names for the same dests (SGLang 0.5.10.post1 and before).
+_OLD_DESTS: Mapping[str, str] = {
+    "tensor_parallel_size": "tp_size",
+    "data_parallel_size": "dp_size",
+    "expert_parallel_size": "ep_size",
+    "pipeline_parallel_size": "pp_size",
+}
+_REASONS = {**_REASONS, **{old: _REASONS[new] for old, new in _OLD_DESTS.items()}}
 RESERVED_DESTS: frozenset[str] = frozenset(_REASONS)
 
 # The seed's list; used only when no generated table ships (should not happen).

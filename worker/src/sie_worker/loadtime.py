@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sie_server.adapters.base import Adapter
+from sie_server.adapters.sglang import SGLANG_LOADTIME_OPTIONS
 from sie_worker.adapters import UnknownAdapter, default_adapter_path, resolve_adapter
 from sie_worker.config import ServedModel, width_problem
 from sie_worker.errors import InvalidConfig, Problem
@@ -44,17 +45,8 @@ __all__ = [
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
 EMBEDDING_READ_TIMEOUT_S = 60.0
 CU130_BUNDLE = "sglang-cu130"
-_COMMON = frozenset(
-    {
-        "tensor_parallel_size",
-        "request_read_timeout_s",
-        "startup_timeout_s",
-        "watchdog_timeout_s",
-        "disable_piecewise_cuda_graph",
-        "nccl_port",
-        "disable_cuda_graph",
-    }
-)
+# Options that LoadOptions carries as fields; any other accepted option goes to ``extras``.
+_COMMON = frozenset(SGLANG_LOADTIME_OPTIONS)
 _DEVICES = ("auto", "cpu", "cuda")
 
 

@@ -28,7 +28,7 @@ import httpx
 from sie_worker import ports
 from sie_worker.allocator import Claim, NoPlacement, place
 from sie_worker.config import ModelConfig, ServedModel, served_models
-from sie_worker.engine import EngineProcess, PortInUse
+from sie_worker.engine import EngineProcess, PortInUse, start_group_guard
 from sie_worker.errors import (
     InvalidConfig,
     LoadFailed,
@@ -49,6 +49,7 @@ _log = logging.getLogger("sie_worker.manager")
 _PORT_ATTEMPTS = 3
 _PLACEMENT_BACKOFF_S = 0.5
 _PINNED_BACKOFF_MAX_S = 60.0
+_ENGINE_WITHHELD_ENV = frozenset({"SIE_API_KEY"})
 
 
 @dataclass
@@ -101,10 +102,15 @@ class ModelManager:
         self.devices = settings.devices
         self.client = client
         self.metrics = metrics
-        self.base_env = dict(base_env)
+        # Engines need no API key; one that prints its environment (or a crash dump that
+        # does) would otherwise put the key in the worker's log.
+        self.base_env = {k: v for k, v in base_env.items() if k not in _ENGINE_WITHHELD_ENV}
         self.records: dict[str, ModelRecord] = {}
         self._lock = asyncio.Lock()
         self._device_stops: dict[int, asyncio.Task[None]] = {}
+        # Ports picked for engines still starting: a port passes the bind test until its
+        # engine binds it, so two loads starting at once could otherwise both pick it.
+        self._reserved_ports: set[int] = set()
         self._placement_backoff: dict[int, float] = {}
         self._keeper_wake = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
@@ -120,6 +126,7 @@ class ModelManager:
 
     def start(self) -> None:
         """Start loading pinned models in the background (``/readyz`` waits for them)."""
+        start_group_guard()
         self._keeper = asyncio.create_task(self._keep_pinned(), name="pinned-keeper")
 
     async def shutdown(self) -> None:
@@ -261,12 +268,18 @@ class ModelManager:
         return [r for r in self.records.values() if r.served.config.sie_id == sie_id]
 
     async def _remove(self, records: list[ModelRecord]) -> None:
+        served = {r.id: r.served for r in records}
         for record in records:
             record.pinned = False
             if record.load_task is not None:
                 with contextlib.suppress(SieError):
                     await asyncio.shield(record.load_task)
         async with self._lock:
+            # A PUT that wrote this config again while we waited has the last word: the
+            # file is its, so keep its models (they then follow the live-change rule).
+            records = [
+                r for r in records if self.records.get(r.id) is r and r.served is served[r.id]
+            ]
             stops = [self._begin_stop(r, "config_removed") for r in records if r.running]
             for record in records:
                 self.records.pop(record.id, None)
@@ -359,12 +372,30 @@ class ModelManager:
         return record.block
 
     async def _launch(self, record: ModelRecord, options: LoadOptions) -> _Running:
-        in_use = self._ports_in_use()
-        nccl_port = options.nccl_port or ports.pick_port(ports.RENDEZVOUS_PORTS, in_use)
+        reserved: set[int] = set()
+        try:
+            return await self._launch_on_free_ports(record, options, reserved)
+        finally:
+            self._reserved_ports -= reserved
+
+    def _reserve_port(self, candidates: range, reserved: set[int]) -> int:
+        """A free port of ``candidates``, held for this load until it returns. Synchronous:
+        no other load can pick between the choice and the reservation."""
+        port = ports.pick_port(candidates, self._ports_in_use())
+        reserved.add(port)
+        self._reserved_ports.add(port)
+        return port
+
+    async def _launch_on_free_ports(
+        self, record: ModelRecord, options: LoadOptions, reserved: set[int]
+    ) -> _Running:
+        nccl_port = options.nccl_port or self._reserve_port(ports.RENDEZVOUS_PORTS, reserved)
+        if options.nccl_port:  # declared: keep the engine ports of other loads off it
+            reserved.add(nccl_port)
+            self._reserved_ports.add(nccl_port)
         last_error: LoadFailed | None = None
         for _ in range(_PORT_ATTEMPTS):
-            port = ports.pick_port(ports.ENGINE_PORTS, in_use | {nccl_port})
-            in_use.add(port)
+            port = self._reserve_port(ports.ENGINE_PORTS, reserved)
             plan = plan_launch(
                 record.served,
                 options,
@@ -386,6 +417,9 @@ class ModelManager:
                 _log.warning("%s; retrying on another port", exc.message)
                 last_error = exc
                 await engine.stop(self.settings.engine_stop_grace_s)
+                # Either port may be the taken one; a declared rendezvous port stays.
+                if not options.nccl_port:
+                    nccl_port = self._reserve_port(ports.RENDEZVOUS_PORTS, reserved)
             except BaseException:
                 await asyncio.shield(engine.stop(self.settings.engine_stop_grace_s))
                 raise
@@ -395,7 +429,7 @@ class ModelManager:
         raise LoadFailed(f"{last_error.message} ({_PORT_ATTEMPTS} ports tried)")
 
     def _ports_in_use(self) -> set[int]:
-        used: set[int] = set()
+        used: set[int] = set(self._reserved_ports)
         for r in self.records.values():
             if r.running is not None:
                 used.add(r.running.engine.port)

@@ -28,6 +28,9 @@ class NoFreePort(LoadFailed):
 def port_is_free(port: int, host: str = _HOST) -> bool:
     """Whether a listener could bind ``host:port`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the engine's server will: a port whose old connections linger in TIME_WAIT can
+        # be listened on again, so it is free, not taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:

@@ -4,10 +4,15 @@ Upstream failures are translated in one place (:func:`_translate`): no bytes wit
 read cap become ``engine_timeout`` (504; the engine is not restarted), a refused or broken
 connection becomes ``engine_unavailable`` (502). Once a stream has started, failures end it
 with one SSE error event instead, at an event boundary.
+
+Streams are the hot path (``docs/benchmarks.md``): a :class:`_Pump` task reads the engine
+while the relay writes, so events that arrived meanwhile leave in one write, and a stream's
+engine connection is closed by the worker after ``[DONE]`` rather than pooled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -32,6 +37,8 @@ _log = logging.getLogger("sie_worker.proxy")
 _FORWARDED_HEADERS = ("content-type", "accept", "x-request-id")
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 _MAX_SSE_EVENT_BYTES = 8 * 1024 * 1024
+_PUMP_HIGH_WATER = 1024 * 1024
+_DONE_EVENT = b"data: [DONE]\n\n"  # the last event of an OpenAI stream
 _CONNECT_TIMEOUT_S = 5.0
 _WRITE_TIMEOUT_S = 60.0
 
@@ -101,11 +108,12 @@ async def forward(
             lease.release()
     lease.status = "200"
     reply_headers.update({"cache-control": "no-cache", "x-accel-buffering": "no"})
+    pumps: list[_Pump] = []
     return StreamingResponse(
-        _relay_events(upstream, lease),
+        _relay_events(upstream, lease, pumps),
         media_type="text/event-stream",
         headers=reply_headers,
-        background=BackgroundTask(_close, upstream, lease),
+        background=BackgroundTask(_close, upstream, lease, pumps),
     )
 
 
@@ -125,6 +133,15 @@ def _translate(lease: Lease) -> Iterator[None]:
     except httpx.TimeoutException as exc:
         raise EngineUnavailable(f"{lease.model}: engine did not accept the request: {exc}") from exc
     except httpx.HTTPError as exc:
+        raise EngineUnavailable(
+            f"{lease.model}: engine connection failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    except SieError:
+        raise
+    except Exception as exc:
+        # The HTTP stack is not always tidy when a peer vanishes mid-connect (httpcore with
+        # anyio can raise AttributeError): still the engine's failure, never a 500.
+        _log.warning("%s: engine connection failed: %r", lease.model, exc)
         raise EngineUnavailable(
             f"{lease.model}: engine connection failed: {type(exc).__name__}: {exc}"
         ) from exc
@@ -170,24 +187,102 @@ def _engine_message(content: bytes) -> str | None:
     return None
 
 
-async def _relay_events(upstream: httpx.Response, lease: Lease) -> AsyncIterator[bytes]:
+class _Pump:
+    """Reads the engine's stream in its own task, so that every event that arrived while the
+    client was being written to goes out in one write instead of one write per event (a
+    write costs the same for one event as for a hundred). Holds at most ``_PUMP_HIGH_WATER``
+    bytes: past that the reader waits, so a slow client still slows the engine's stream."""
+
+    def __init__(self, upstream: httpx.Response) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._arrived = asyncio.Event()
+        self._taken = asyncio.Event()
+        self.error: Exception | None = None
+        self.finished = False
+        self.task = asyncio.ensure_future(self._read(upstream))
+
+    async def _read(self, upstream: httpx.Response) -> None:
+        previous = b""
+        try:
+            async for chunk in upstream.aiter_raw():
+                self._chunks.append(chunk)
+                self._size += len(chunk)
+                self._arrived.set()
+                if (
+                    chunk.endswith(_DONE_EVENT)
+                    or (
+                        len(chunk) < len(_DONE_EVENT)  # [DONE] split across two reads
+                        and (previous[-len(_DONE_EVENT) :] + chunk).endswith(_DONE_EVENT)
+                    )
+                ):
+                    # Stop before the engine's end of body: closing the response then closes
+                    # the connection from our side instead of handing it back to httpx's pool,
+                    # whose bookkeeping (httpcore 1.0.9) walks every pooled connection at each
+                    # request start and end, quadratically in idle ones: a large share of the
+                    # worker's CPU once many streams start and end (docs/benchmarks.md).
+                    # Closing first also leaves the TIME_WAIT on our ephemeral port, not on
+                    # the engine's port, which the port picker tests.
+                    break
+                previous = chunk
+                if self._size > _PUMP_HIGH_WATER:
+                    self._taken.clear()
+                    await self._taken.wait()
+        except Exception as exc:  # handed to the relay, which translates it
+            self.error = exc
+        finally:
+            self.finished = True
+            self._arrived.set()
+
+    @property
+    def drained(self) -> bool:
+        """The engine's stream has ended and everything read has been taken."""
+        return self.finished and not self._chunks
+
+    async def take(self) -> bytes:
+        """Everything read since the last call; waits for something unless finished."""
+        if not self._chunks and not self.finished:
+            self._arrived.clear()
+            await self._arrived.wait()
+        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._size = 0
+        self._taken.set()
+        return data
+
+    async def stop(self) -> None:
+        if not self.task.done():
+            self.task.cancel()
+            await asyncio.wait({self.task})
+
+
+async def _relay_events(
+    upstream: httpx.Response, lease: Lease, pumps: list[_Pump]
+) -> AsyncIterator[bytes]:
     """Yield whole SSE events as they arrive; end with an error event if the engine fails."""
     pending = b""
+    pump = _Pump(upstream)
+    pumps.append(pump)  # stopped by _close, which runs after the response however it ends
     try:
         with _translate(lease):
-            async for chunk in upstream.aiter_raw():
-                pending += chunk
+            while True:
+                pending += await pump.take()
                 cut = pending.rfind(b"\n\n")
                 if cut < 0:
                     if len(pending) > _MAX_SSE_EVENT_BYTES:
                         yield _malformed(lease, "an event larger than 8 MiB")
                         return
-                    continue
-                events, pending = pending[: cut + 2], pending[cut + 2 :]
-                if not _well_formed(events):
-                    yield _malformed(lease, "bytes that are not server-sent events")
-                    return
-                yield events
+                else:
+                    events, pending = pending[: cut + 2], pending[cut + 2 :]
+                    problem = _malformation(events)
+                    if problem is not None:
+                        yield _malformed(lease, problem)
+                        return
+                    yield events
+                if pump.drained:
+                    if pump.error is not None:
+                        raise pump.error
+                    break
         if pending.strip():
             yield _malformed(lease, "a truncated event")
     except SieError as error:
@@ -195,12 +290,23 @@ async def _relay_events(upstream: httpx.Response, lease: Lease) -> AsyncIterator
         yield (b"\n\n" if pending else b"") + sse_error_event(error)
 
 
-def _well_formed(events: bytes) -> bool:
+def _malformation(events: bytes) -> str | None:
+    """What is wrong with these SSE events, or None. A ``data:`` payload must look like one
+    JSON document (or ``[DONE]``): a structural check, not a parse, to keep the hot path
+    cheap; it catches garbage and truncated documents."""
     for line in events.split(b"\n"):
         line = line.rstrip(b"\r")
-        if line and not line.startswith(_SSE_FIELDS):
-            return False
-    return True
+        if not line:
+            continue
+        if not line.startswith(_SSE_FIELDS):
+            return "bytes that are not server-sent events"
+        if line.startswith(b"data:"):
+            payload = line[5:].strip()
+            if payload != b"[DONE]" and not (
+                payload[:1] in (b"{", b"[") and payload[-1:] in (b"}", b"]")
+            ):
+                return "an event whose data is not JSON"
+    return None
 
 
 def _malformed(lease: Lease, what: str) -> bytes:
@@ -209,8 +315,10 @@ def _malformed(lease: Lease, what: str) -> bytes:
     return sse_error_event(error)
 
 
-async def _close(upstream: httpx.Response, lease: Lease) -> None:
+async def _close(upstream: httpx.Response, lease: Lease, pumps: list[_Pump]) -> None:
     try:
+        for pump in pumps:
+            await pump.stop()
         await upstream.aclose()
     finally:
         lease.release()

@@ -9,12 +9,10 @@ and ``pin`` of a model that lives nowhere go where a request would). ``/v1/model
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
 
 import anyio
 import httpx
@@ -31,11 +29,10 @@ from sie_worker.errors import (
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
-    PayloadTooLarge,
     SieError,
     UnknownModel,
 )
-from sie_worker.router_auth import BearerAuth
+from sie_worker.middleware import BearerAuth
 from sie_worker.router_merge import merge_devices, merge_models
 from sie_worker.router_metrics import RouterMetrics
 from sie_worker.router_policy import Decision
@@ -46,12 +43,12 @@ from sie_worker.router_relay import (
     fan_out,
     forward_headers,
 )
+from sie_worker.router_request import SLOT_HEADER, model_of, named_slot, read_body, request_target
 from sie_worker.router_settings import RouterSettings
 from sie_worker.router_state import RoutingPolicy, SlotTable
 
 __all__ = ["SLOT_HEADER", "build_client", "create_router_app"]
 
-SLOT_HEADER = "x-sie-slot"
 _OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 _ACTIONS = ("load", "unload", "pin", "unpin")
 _Pick = Callable[[frozenset[int]], Awaitable[Decision]]  # slot choice, given slots to avoid
@@ -166,8 +163,10 @@ class _Router:
             return await self._get_model(rest, request)
         if action not in _ACTIONS or not model:
             raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{{','.join(_ACTIONS)}}}")
-        named = _named_slot(request, self.settings.slot_count)
-        upstream = await self._upstream(request, model=model)
+        named = named_slot(request, self.settings.slot_count)
+        # Only calls that bring the model in are recorded as a load on their slot.
+        loads = action in ("load", "pin")
+        upstream = await self._upstream(request, model=model if loads else None)
         if named is not None:
             return self._relay(upstream, self._to_named(named))
         await self._first_poll()
@@ -190,18 +189,18 @@ class _Router:
 
     async def openai(self, request: Request) -> Response:
         upstream = await self._upstream(request, model=None)
-        model = _model_of(upstream.body)
+        model = model_of(upstream.body)
         upstream = Upstream(
             upstream.method, upstream.target, upstream.headers, upstream.body, model
         )
-        named = _named_slot(request, self.settings.slot_count)
+        named = named_slot(request, self.settings.slot_count)
         if named is not None:
             return self._relay(upstream, self._to_named(named))
         await self._first_poll()
         return self._relay(upstream, self._by_policy(model))
 
     async def configs(self, request: Request) -> Response:
-        named = _named_slot(request, self.settings.slot_count)
+        named = named_slot(request, self.settings.slot_count)
         upstream = await self._upstream(request, model=None)
         if named is not None:
             return self._relay(upstream, self._to_named(named))
@@ -215,7 +214,7 @@ class _Router:
         return await fan_out(self.table, self.client, upstream, up)
 
     async def passthrough(self, request: Request) -> Response:
-        named = _named_slot(request, self.settings.slot_count)
+        named = named_slot(request, self.settings.slot_count)
         upstream = await self._upstream(request, model=None)
         await self._first_poll()
         route = self._to_named(named) if named is not None else self._to_any
@@ -299,10 +298,10 @@ class _Router:
             metrics.queued.dec()
 
     async def _upstream(self, request: Request, *, model: str | None) -> Upstream:
-        body = await _read_body(request, self.settings.max_body_bytes)
+        body = await read_body(request, self.settings.max_body_bytes)
         return Upstream(
             method=request.method,
-            target=_target(request),
+            target=request_target(request),
             headers=forward_headers(request.scope["headers"]),
             body=body,
             model=model,
@@ -345,69 +344,6 @@ class _Router:
             }
             for s in self.table.slots
         ]
-
-
-def _named_slot(request: Request, slot_count: int) -> int | None:
-    query = request.query_params.get("slot")
-    header = request.headers.get(SLOT_HEADER)
-    if query is not None and header is not None and query.strip() != header.strip():
-        raise InvalidRequest(f"?slot={query} and X-SIE-Slot: {header} disagree; name the slot once")
-    raw = query if query is not None else header
-    if raw is None:
-        return None
-    field = "?slot" if query is not None else "X-SIE-Slot"
-    try:
-        slot = int(raw.strip())
-    except ValueError:
-        raise InvalidRequest(
-            f"{field}: {raw!r} is not a slot number; use 0..{slot_count - 1}"
-        ) from None
-    if not 0 <= slot < slot_count:
-        raise InvalidRequest(
-            f"{field}: slot {slot} does not exist; this pod has slots 0..{slot_count - 1}"
-        )
-    return slot
-
-
-def _target(request: Request) -> str:
-    raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
-    query = request.scope.get("query_string", b"").decode("latin-1")
-    if "slot" in request.query_params:
-        query = urlencode(
-            [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "slot"]
-        )
-    path = raw_path.decode("latin-1").split("?", 1)[0]
-    return f"{path}?{query}" if query else path
-
-
-def _model_of(body: bytes) -> str:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        data = None
-    model = data.get("model") if isinstance(data, dict) else None
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest(
-            "body: expected a JSON object whose field `model` is the id of the model to use"
-        )
-    return model
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    too_big = PayloadTooLarge(
-        f"request body is larger than {limit} bytes (SIE_MAX_BODY_BYTES); send a smaller one"
-    )
-    if declared.isdigit() and int(declared) > limit:
-        raise too_big
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def _render_error(request: Request, exc: Exception) -> Response:

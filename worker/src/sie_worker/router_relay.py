@@ -52,6 +52,8 @@ HOP_BY_HOP = frozenset(
         "x-sie-slot",
     }
 )
+# Response headers the router's own server writes: relaying the worker's too would repeat them.
+_SET_BY_SERVER = frozenset({"date", "server"})
 
 Route = Callable[[frozenset[int]], Awaitable[Decision]]
 
@@ -165,7 +167,7 @@ class RelayResponse(Response):
         table.metrics.decisions.labels(reason=decision.reason).inc()
         outcome.slot = slot
         table.dispatched(slot, model, decision.reason)
-        queued = decision.reason != "ready"
+        queued = model is not None and decision.reason != "ready"  # waits for its model
         if queued:
             table.metrics.queued.inc()
 
@@ -192,7 +194,8 @@ class RelayResponse(Response):
             headers = [
                 (k.encode("latin-1"), v.encode("latin-1"))
                 for k, v in response.headers.multi_items()
-                if k.lower() not in HOP_BY_HOP or k.lower() == "content-length"
+                if (k.lower() not in HOP_BY_HOP or k.lower() == "content-length")
+                and k.lower() not in _SET_BY_SERVER
             ]
             headers.append((b"x-sie-slot", str(slot).encode()))
             headers.append((b"x-sie-route-reason", decision.reason.encode()))
@@ -254,7 +257,11 @@ async def fan_out(
         response = Response(
             chosen.content,
             status_code=chosen.status_code,
-            headers={k: v for k, v in chosen.headers.items() if k.lower() not in HOP_BY_HOP},
+            headers={
+                k: v
+                for k, v in chosen.headers.items()
+                if k.lower() not in HOP_BY_HOP and k.lower() not in _SET_BY_SERVER
+            },
         )
     response.headers["x-sie-slot"] = ",".join(str(s) for s in sorted(results))
     return response

@@ -11,9 +11,10 @@ Slots and worker ports:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from sie_worker.settings import SettingsError, env_int, env_seconds
 
 __all__ = ["DEFAULT_BASE_PORT", "DEFAULT_ROUTER_PORT", "RouterSettings", "RouterSettingsError"]
 
@@ -22,7 +23,7 @@ DEFAULT_BASE_PORT = 8081
 _MAX_PORT = 65535
 
 
-class RouterSettingsError(ValueError):
+class RouterSettingsError(SettingsError):
     """An environment variable has a value the router cannot use; the message names it."""
 
 
@@ -33,8 +34,10 @@ class RouterSettings:
     api_key: str | None = None
     max_body_bytes: int = 8 * 1024 * 1024
     poll_interval_s: float = 0.5
-    poll_timeout_s: float = 2.0
-    down_after_failures: int = 2
+    # A busy worker still answers a poll within seconds; only a hung one misses three in a
+    # row, and only then are its in-flight requests aborted.
+    poll_timeout_s: float = 5.0
+    down_after_failures: int = 3
     connect_timeout_s: float = 2.0
     # A backstop only: workers cap their own loads and reads, and a slot that stops
     # answering polls fails its requests long before this.
@@ -60,8 +63,8 @@ class RouterSettings:
             api_key=env.get("SIE_API_KEY") or None,
             max_body_bytes=_positive_int(env, "SIE_MAX_BODY_BYTES", 8 * 1024 * 1024),
             poll_interval_s=_seconds(env, "SIE_ROUTER_POLL_INTERVAL_S", 0.5),
-            poll_timeout_s=_seconds(env, "SIE_ROUTER_POLL_TIMEOUT_S", 2.0),
-            down_after_failures=_positive_int(env, "SIE_ROUTER_DOWN_AFTER_FAILURES", 2),
+            poll_timeout_s=_seconds(env, "SIE_ROUTER_POLL_TIMEOUT_S", 5.0),
+            down_after_failures=_positive_int(env, "SIE_ROUTER_DOWN_AFTER_FAILURES", 3),
             connect_timeout_s=_seconds(env, "SIE_ROUTER_CONNECT_TIMEOUT_S", 2.0),
             read_timeout_s=_seconds(env, "SIE_ROUTER_READ_TIMEOUT_S", 3600.0),
             drain_timeout_s=_seconds(env, "SIE_DRAIN_TIMEOUT_S", 30.0),
@@ -113,28 +116,16 @@ def _port(name: str, raw: str | None) -> int:
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
     try:
-        value = int(raw)
-    except ValueError:
-        raise RouterSettingsError(f"{name}: {raw!r} is not an integer") from None
-    if value <= 0:
-        raise RouterSettingsError(f"{name}: must be an integer above zero, got {raw}")
-    return value
+        return env_int(env, name, default)
+    except SettingsError as exc:
+        raise RouterSettingsError(str(exc)) from None
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
     try:
-        value = float(raw)
-    except ValueError:
-        raise RouterSettingsError(f"{name}: {raw!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise RouterSettingsError(
-            f"{name}: must be a finite number of seconds above zero, got {raw}"
-        )
+        value = env_seconds(env, name, default)
+    except SettingsError as exc:
+        raise RouterSettingsError(str(exc)) from None
+    assert value is not None
     return value

@@ -11,7 +11,7 @@ from typing import Literal
 
 from sie_worker.devices import DeviceError, gpu_visible, parse_devices
 
-__all__ = ["ConfigApiMode", "Settings", "SettingsError"]
+__all__ = ["ConfigApiMode", "Settings", "SettingsError", "env_int", "env_seconds"]
 
 ConfigApiMode = Literal["read-write", "read-only", "disabled"]
 _CONFIG_API_MODES: tuple[ConfigApiMode, ...] = ("read-write", "read-only", "disabled")
@@ -67,8 +67,8 @@ class Settings:
         return cls(
             devices=devices,
             bundle=env.get("SIE_BUNDLE", "default").strip() or "default",
-            model_ready_timeout_s=_seconds(env, "SIE_MODEL_READY_TIMEOUT_S"),
-            generate_read_timeout_s=_seconds(env, "SIE_SGLANG_GENERATE_READ_TIMEOUT_S"),
+            model_ready_timeout_s=env_seconds(env, "SIE_MODEL_READY_TIMEOUT_S"),
+            generate_read_timeout_s=env_seconds(env, "SIE_SGLANG_GENERATE_READ_TIMEOUT_S"),
             api_key=env.get("SIE_API_KEY") or None,
             sglang_command=tuple(shlex.split(command)) if command else None,
             pinned_models=tuple(
@@ -76,19 +76,20 @@ class Settings:
                     m.strip() for m in env.get("SIE_PINNED_MODELS", "").split(",") if m.strip()
                 )
             ),
-            liveness_budget_s=_seconds(env, "SIE_WORKER_LIVENESS_BUDGET_S"),
+            liveness_budget_s=env_seconds(env, "SIE_WORKER_LIVENESS_BUDGET_S"),
             config_dir=Path(config_dir) if config_dir else None,
             config_api=mode,
-            max_body_bytes=_int(env, "SIE_MAX_BODY_BYTES", 8 * 1024 * 1024),
-            drain_timeout_s=_seconds(env, "SIE_DRAIN_TIMEOUT_S") or 30.0,
-            engine_stop_grace_s=_seconds(env, "SIE_ENGINE_STOP_GRACE_S") or 10.0,
+            max_body_bytes=env_int(env, "SIE_MAX_BODY_BYTES", 8 * 1024 * 1024),
+            drain_timeout_s=env_seconds(env, "SIE_DRAIN_TIMEOUT_S") or 30.0,
+            engine_stop_grace_s=env_seconds(env, "SIE_ENGINE_STOP_GRACE_S") or 10.0,
         )
 
 
-def _seconds(env: Mapping[str, str], name: str) -> float | None:
+def env_seconds(env: Mapping[str, str], name: str, default: float | None = None) -> float | None:
+    """A finite number of seconds above zero from ``env[name]``, else ``default``."""
     raw = env.get(name, "").strip()
     if not raw:
-        return None
+        return default
     try:
         value = float(raw)
     except ValueError:
@@ -98,7 +99,8 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
     return value
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    """An integer above zero from ``env[name]``, else ``default``."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -107,5 +109,5 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     except ValueError:
         raise SettingsError(f"{name}: {raw!r} is not an integer") from None
     if value <= 0:
-        raise SettingsError(f"{name}: must be above zero, got {raw}")
+        raise SettingsError(f"{name}: must be an integer above zero, got {raw}")
     return value

@@ -2,15 +2,21 @@
 
 Found without importing SGLang: the installed distribution's metadata, else
 ``SIE_SGLANG_VERSION``, else the bundle's pinned release (``sglang-cu130`` -> 0.5.23,
-``sglang`` -> 0.5.19), else the release this project pins (0.5.23).
+``sglang`` -> 0.5.10.post1), else the release this project pins (0.5.23).
 
-Spellings were checked against the parsers of SGLang 0.5.19 and 0.5.23:
+The ``sglang`` bundle runs 0.5.10.post1, the newest release before the 0.5.20 flag rename
+that PyPI serves with CUDA 12 dependencies (0.5.11 and later pull CUDA 13 torch; 0.5.18 and
+0.5.19 also pin a stub package whose wheel lives outside PyPI).
+
+Spellings were checked against the real parsers of SGLang 0.5.10.post1 and 0.5.23 (and the
+option table of 0.5.19, which an earlier ``sglang`` bundle ran):
 
 - the prefill CUDA graph switch is ``--disable-piecewise-cuda-graph`` before 0.5.20 and
-  ``--disable-prefill-cuda-graph`` from 0.5.20 (0.5.23 has no piecewise flag at all);
+  ``--disable-prefill-cuda-graph`` from 0.5.20 (0.5.23 has no piecewise flag at all;
+  0.5.10.post1 has only the piecewise one, and captures piecewise graphs by default);
 - ``--disable-cuda-graph`` is deprecated in 0.5.19 and 0.5.23 in favour of
   ``--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled``; releases
-  before 0.5.19 get the older flag.
+  before 0.5.19 get the older flag (0.5.10.post1 has no ``--cuda-graph-backend-*`` flags).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ __all__ = [
 ]
 
 PINNED_VERSION = "0.5.23"
-BUNDLE_VERSIONS: Mapping[str, str] = {"sglang-cu130": "0.5.23", "sglang": "0.5.19"}
+BUNDLE_VERSIONS: Mapping[str, str] = {"sglang-cu130": "0.5.23", "sglang": "0.5.10.post1"}
 _PREFILL_RENAMED = (0, 5, 20)
 _GRAPH_BACKENDS = (0, 5, 19)
 

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from sie_worker import ports
+from sie_worker.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
 from sie_worker.commands.validate import settings_for
 from sie_worker.config import DEFAULT_PROFILE, load_config_file, served_model
 from sie_worker.errors import InvalidConfig, Problem
+from sie_worker.gpus import GpuError
 from sie_worker.launch import plan_launch
 from sie_worker.loadtime import adapter_of, resolve_load_options
 from sie_worker.settings import SettingsError
@@ -31,20 +33,26 @@ def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "plan",
         help="print the engine command line and environment a load would use",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        description=__doc__.split("\n\n", 1)[1].replace("``", "") if __doc__ else None,
     )
     parser.add_argument("file", metavar="FILE", type=Path, help="model config file")
     parser.add_argument("--devices", metavar="LIST", help="the worker's devices (cuda:0,cuda:1)")
     parser.add_argument(
-        "--profile", default=DEFAULT_PROFILE, help="profile to plan (default: default)"
+        "--profile",
+        metavar="NAME",
+        default=DEFAULT_PROFILE,
+        help="the profile to plan, served as <sie_id>:<NAME> (default: default)",
     )
+    # Capacity warnings (stderr) when a GPU is named here or by $SIE_GPU_TYPE.
+    add_gpu_arguments(parser, per_node=False)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_for(args.devices)
-    except SettingsError as exc:
+        hardware = hardware_from_args(args)
+    except (SettingsError, GpuError) as exc:
         print(f"sie-worker plan: {exc}", file=sys.stderr)
         return 2
     try:
@@ -72,5 +80,8 @@ def run(args: argparse.Namespace) -> int:
         nccl_port=nccl_port if sglang else None,
         settings=settings,
     )
+    if hardware is not None:
+        for warning in served_model_warnings(served, hardware, devices=len(settings.devices)):
+            print(f"warning: {warning}", file=sys.stderr)
     print(json.dumps(plan.summary(), indent=2))
     return 0

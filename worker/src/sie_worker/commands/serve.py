@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs every request at info: the readiness polling of engines would flood the log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     from sie_worker.config import load_config_dir
     from sie_worker.settings import Settings, SettingsError
 
@@ -104,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
+        # Above the 5 s idle expiry of httpx, the OpenAI SDK and the router's pools, so the
+        # server never closes a connection a client is about to reuse.
+        timeout_keep_alive=75,
         log_config=None,
     )
     _Server(config).run()

@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sie_worker.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
 from sie_worker.config import ModelConfig, config_files, load_config_file, served_models
 from sie_worker.errors import InvalidConfig, Problem
+from sie_worker.gpus import GpuError
 from sie_worker.loadtime import resolve_load_options
 from sie_worker.settings import Settings, SettingsError
 
@@ -28,7 +30,7 @@ def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "validate",
         help="check model configs",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        description=__doc__.split("\n\n", 1)[1].replace("``", "") if __doc__ else None,
     )
     parser.add_argument("files", nargs="+", metavar="FILE", type=Path, help="config file or folder")
     parser.add_argument(
@@ -36,6 +38,8 @@ def register(sub: Any) -> None:
         metavar="LIST",
         help="also apply the load-time rules for a worker with these devices (cuda:0,cuda:1)",
     )
+    # With --devices: capacity warnings (stderr) when a GPU is named here or by $SIE_GPU_TYPE.
+    add_gpu_arguments(parser, per_node=False)
     parser.set_defaults(func=run)
 
 
@@ -50,7 +54,8 @@ def settings_for(devices: str | None) -> Settings:
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_for(args.devices) if args.devices is not None else None
-    except SettingsError as exc:
+        hardware = hardware_from_args(args) if settings is not None else None
+    except (SettingsError, GpuError) as exc:
         print(f"sie-worker validate: {exc}", file=sys.stderr)
         return 2
     problems: list[Problem] = []
@@ -68,6 +73,13 @@ def run(args: argparse.Namespace) -> int:
         seen.setdefault(config.sie_id, str(file))
         if settings is not None:
             problems += _load_problems(config, settings)
+        if settings is not None and hardware is not None:
+            warnings: dict[Problem, None] = {}
+            for served in served_models(config):
+                found = served_model_warnings(served, hardware, devices=len(settings.devices))
+                warnings.update(dict.fromkeys(found))
+            for warning in warnings:
+                print(f"warning: {warning}", file=sys.stderr)
     for problem in problems:
         print(problem)
     if problems:

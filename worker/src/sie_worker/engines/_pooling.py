@@ -34,6 +34,12 @@ _MODE_NAMES: dict[str, PoolingMode] = {
 }
 _NEUTRAL_POOLING_KEYS = {"word_embedding_dimension", "embedding_dimension", "include_prompt"}
 _ST_CONFIG_KEYS = {"max_seq_length", "do_lower_case"}
+# sentence-transformers 6 writes these for a plain text encoder; other values need it
+_ST_NEUTRAL_VALUES: dict[str, object] = {
+    "transformer_task": "feature-extraction",
+    "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
+    "module_output_name": "token_embeddings",
+}
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ def pooling_plan(model_dir: Path) -> PoolingPlan | None:
         return None
     mode = _pooling_mode(model_dir / str(modules[1].get("path", "")) / "config.json")
     st_config = _read_json(model_dir / "sentence_bert_config.json") or {}
-    if mode is None or not isinstance(st_config, dict) or set(st_config) - _ST_CONFIG_KEYS:
+    if mode is None or not isinstance(st_config, dict) or not _plain_text_encoder(st_config):
         return None
     max_len = st_config.get("max_seq_length")
     return PoolingPlan(
@@ -85,6 +91,13 @@ def _pooling_mode(config_file: Path) -> PoolingMode | None:
     if config.get("include_prompt", True) is not True:
         return None
     return chosen[0]
+
+
+def _plain_text_encoder(st_config: dict[str, Any]) -> bool:
+    return all(
+        key in _ST_CONFIG_KEYS or _ST_NEUTRAL_VALUES.get(key, object()) == value
+        for key, value in st_config.items()
+    )
 
 
 def _uses_default_prompt(model_dir: Path) -> bool:

@@ -29,10 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sie_worker.engines._options import parse_options
 
     options = parse_options(argv)
+    # why: no timestamp; the worker stamps each line it relays, prefixed with the model id
     logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
     # why: the worker relays this log line by line; progress bars only add noise there
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -1,13 +1,22 @@
-"""Refuse request bodies above a size limit with 413, whether or not Content-Length is sent."""
+"""Refuse request bodies above a size limit with 413, whether or not Content-Length is sent.
+
+A client that leaves before its whole body arrived ends the request quietly: there is no
+one to answer, and it is not the worker's error (it used to be logged as one, twice).
+"""
 
 from __future__ import annotations
 
+import logging
+
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sie_worker.errors import PayloadTooLarge
 from sie_worker.middleware._respond import send_error
 
 __all__ = ["BodyLimit"]
+
+_log = logging.getLogger("sie_worker.middleware")
 
 
 class _TooLarge(Exception):
@@ -58,3 +67,7 @@ class BodyLimit:
         except _TooLarge:
             if not started:
                 await send_error(send, error)
+        except ClientDisconnect:
+            _log.info(
+                "%s %s: the client left before sending its body", scope["method"], scope["path"]
+            )

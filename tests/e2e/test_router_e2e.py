@@ -1,0 +1,197 @@
+"""A pod on one machine: 4 one-device ``sie-worker serve`` processes on fake SGLang engines
+behind a real ``sie-worker route`` process, all over 127.0.0.1 sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.worker_fixtures import WorkerProcess, fake_model, free_port, wait_until
+
+pytestmark = pytest.mark.slow
+
+SLOTS = 4
+MODELS = ("org/alpha", "org/beta", "org/gamma")
+
+
+@dataclass
+class Pod:
+    router: subprocess.Popen[bytes]
+    port: int
+    workers: list[WorkerProcess]
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=60.0, trust_env=False)
+
+    def loads(self) -> int:
+        """Successful model loads, counted by the workers themselves."""
+        total = 0
+        for worker in self.workers:
+            text = httpx.get(worker.url + "/metrics", timeout=5).text
+            total += _sample(text, 'sie_model_loads_total{outcome="ready"}')
+        return total
+
+    def holders(self, model: str) -> list[int]:
+        """Slots whose worker has ``model`` ready."""
+        return [i for i, w in enumerate(self.workers) if w.models()[model]["state"] == "ready"]
+
+    def metric(self, name: str) -> float:
+        return _sample(httpx.get(self.url + "/metrics", timeout=5).text, name)
+
+
+def _sample(text: str, name: str) -> int:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[-1]))
+    return 0
+
+
+@pytest.fixture
+def pod(start_worker: Callable[..., WorkerProcess], tmp_path: Path) -> Iterator[Pod]:
+    configs = [fake_model(m, env={"FAKE_ENGINE_START_DELAY_S": "1"}) for m in MODELS]
+    # Started together; the router's /readyz (every slot up) says when all of them answer.
+    workers = [start_worker(configs, devices="cuda:0", wait=False) for _ in range(SLOTS)]
+    port = free_port()
+    log_path = tmp_path / "router.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
+    env.update(
+        {
+            "SIE_GPU_COUNT": str(SLOTS),
+            "SIE_WORKER_PORTS": ",".join(str(w.port) for w in workers),
+            "SIE_ROUTER_POLL_INTERVAL_S": "0.2",
+            "SIE_ROUTER_POLL_TIMEOUT_S": "1",
+        }
+    )
+    argv = [sys.executable, "-m", "sie_worker", "route", "--host", "127.0.0.1"]
+    argv += ["--port", str(port)]
+    with log_path.open("wb") as log:
+        router = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    pod = Pod(router, port, workers, log_path)
+    try:
+        wait_until(lambda: _ready(pod), timeout=90)
+        yield pod
+    finally:
+        for worker in workers:  # a stopped worker cannot be shut down
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.process.pid, signal.SIGCONT)
+        router.send_signal(signal.SIGTERM)
+        try:
+            assert router.wait(timeout=30) == 0, log_path.read_text()
+        finally:
+            if router.poll() is None:
+                router.kill()
+                router.wait()
+
+
+def _ready(pod: Pod) -> bool:
+    assert pod.router.poll() is None, pod.log_path.read_text()
+    for worker in pod.workers:
+        assert worker.process.poll() is None, worker.logs()
+    try:
+        body = httpx.get(pod.url + "/readyz", timeout=2).json()
+    except httpx.HTTPError:
+        return False
+    return all(s["up"] for s in body["slots"])
+
+
+def _complete(client: httpx.Client, model: str) -> httpx.Response:
+    return client.post(
+        "/v1/completions", json={"model": model, "prompt": "hello pod", "max_tokens": 4}
+    )
+
+
+def test_repeated_requests_for_one_model_load_it_once(pod: Pod) -> None:
+    with pod.client() as client, ThreadPoolExecutor(8) as pool:
+        burst = list(pool.map(lambda _: _complete(client, "org/alpha"), range(8)))
+        later = [_complete(client, "org/alpha") for _ in range(8)]
+    assert [r.status_code for r in burst + later] == [200] * 16
+    assert len({r.headers["x-sie-slot"] for r in burst + later}) == 1
+    assert pod.loads() == 1
+    assert pod.holders("org/alpha") == [int(burst[0].headers["x-sie-slot"])]
+    assert pod.metric('sie_router_decisions_total{reason="free_device"}') == 1
+
+
+def test_each_model_loads_once_on_its_own_slot(pod: Pod) -> None:
+    with pod.client() as client, ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda m: _complete(client, m), [*MODELS, *MODELS]))
+        again = {m: _complete(client, m) for m in MODELS}
+    assert {r.status_code for r in answers} == {200}
+    slots = {m: r.headers["x-sie-slot"] for m, r in again.items()}
+    assert len(set(slots.values())) == len(MODELS)
+    assert pod.loads() == len(MODELS)
+    assert {m: pod.holders(m) for m in MODELS} == {m: [int(s)] for m, s in slots.items()}
+    with pod.client() as client:
+        merged = {e["id"]: e for e in client.get("/v1/models").json()["data"]}
+    assert {m: str(merged[m]["slot"]) for m in MODELS} == slots
+
+
+def test_stream_through_router_and_worker_ends_with_done(pod: Pod) -> None:
+    body = {
+        "model": "org/beta",
+        "stream": True,
+        "messages": [{"role": "user", "content": "one two three"}],
+        "max_tokens": 5,
+    }
+    with pod.client() as client, client.stream("POST", "/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+
+
+def test_stopped_worker_fails_its_stream_and_leaves_rotation(pod: Pod) -> None:
+    with pod.client() as client:
+        first = _complete(client, "org/gamma")
+        slot = int(first.headers["x-sie-slot"])
+        body = {
+            "model": "org/gamma",
+            "stream": True,
+            "prompt": "x",
+            "max_tokens": 400,
+            "fake": {"token_delay_s": 0.05},
+        }
+        with client.stream("POST", "/v1/completions", json=body) as r:
+            lines = r.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            os.kill(pod.workers[slot].process.pid, signal.SIGSTOP)
+            rest = [line for line in lines if line.startswith("data: ")]
+        error = json.loads(rest[-1].removeprefix("data: "))
+        assert error["error"]["code"] == "engine_unavailable"
+        assert pod.metric(f'sie_router_slot_up{{slot="{slot}"}}') == 0
+        moved = _complete(client, "org/gamma")
+        assert moved.status_code == 200
+        assert int(moved.headers["x-sie-slot"]) != slot
+        os.kill(pod.workers[slot].process.pid, signal.SIGCONT)
+        wait_until(lambda: pod.metric(f'sie_router_slot_up{{slot="{slot}"}}') == 1, timeout=20)
+
+
+def test_killed_worker_is_routed_around(pod: Pod) -> None:
+    with pod.client() as client:
+        first = _complete(client, "org/alpha")
+        slot = int(first.headers["x-sie-slot"])
+        pod.workers[slot].process.kill()
+        pod.workers[slot].process.wait()
+        again = _complete(client, "org/alpha")
+    assert again.status_code == 200
+    assert int(again.headers["x-sie-slot"]) != slot
+    ready = httpx.get(pod.url + "/readyz", timeout=5)
+    assert ready.status_code == 200
+    assert [s["up"] for s in ready.json()["slots"]].count(False) == 1

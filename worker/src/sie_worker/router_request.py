@@ -1,0 +1,79 @@
+"""What the router reads from a client request: the slot it names, its model, its body."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.requests import Request
+
+from sie_worker.errors import InvalidRequest, PayloadTooLarge
+
+__all__ = ["SLOT_HEADER", "model_of", "named_slot", "read_body", "request_target"]
+
+SLOT_HEADER = "x-sie-slot"
+
+
+def named_slot(request: Request, slot_count: int) -> int | None:
+    """The slot named by ``?slot=N`` or ``X-SIE-Slot: N``; None when neither is given."""
+    query = request.query_params.get("slot")
+    header = request.headers.get(SLOT_HEADER)
+    if query is not None and header is not None and query.strip() != header.strip():
+        raise InvalidRequest(f"?slot={query} and X-SIE-Slot: {header} disagree; name the slot once")
+    raw = query if query is not None else header
+    if raw is None:
+        return None
+    field = "?slot" if query is not None else "X-SIE-Slot"
+    try:
+        slot = int(raw.strip())
+    except ValueError:
+        raise InvalidRequest(
+            f"{field}: {raw!r} is not a slot number; use 0..{slot_count - 1}"
+        ) from None
+    if not 0 <= slot < slot_count:
+        raise InvalidRequest(
+            f"{field}: slot {slot} does not exist; this pod has slots 0..{slot_count - 1}"
+        )
+    return slot
+
+
+def request_target(request: Request) -> str:
+    """Raw path and query as the client sent them, minus the router's own ``slot``."""
+    raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    if "slot" in request.query_params:
+        query = urlencode(
+            [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "slot"]
+        )
+    path = raw_path.decode("latin-1").split("?", 1)[0]
+    return f"{path}?{query}" if query else path
+
+
+def model_of(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest(
+            "body: expected a JSON object whose field `model` is the id of the model to use"
+        )
+    return model
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    too_big = PayloadTooLarge(
+        f"request body is larger than {limit} bytes (SIE_MAX_BODY_BYTES); send a smaller one"
+    )
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
