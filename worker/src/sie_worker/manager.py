@@ -19,7 +19,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -27,7 +26,7 @@ import httpx
 
 from sie_worker import ports
 from sie_worker.allocator import Claim, NoPlacement, place
-from sie_worker.config import ModelConfig, ServedModel, served_models
+from sie_worker.config import ModelConfig, served_models
 from sie_worker.engine import EngineProcess, PortInUse, start_group_guard
 from sie_worker.errors import (
     InvalidConfig,
@@ -38,52 +37,19 @@ from sie_worker.errors import (
     UnknownModel,
 )
 from sie_worker.launch import engine_env, plan_launch
-from sie_worker.loadtime import LoadOptions, declared_width, resolve_load_options
+from sie_worker.loadtime import LoadOptions, resolve_load_options
 from sie_worker.metrics import STATES, WorkerMetrics
 from sie_worker.proxy import Lease
+from sie_worker.records import ModelRecord, RunningEngine, device_entries, model_entry
 from sie_worker.settings import Settings
 
-__all__ = ["ModelManager", "ModelRecord"]
+__all__ = ["ModelManager"]
 
 _log = logging.getLogger("sie_worker.manager")
 _PORT_ATTEMPTS = 3
 _PLACEMENT_BACKOFF_S = 0.5
 _PINNED_BACKOFF_MAX_S = 60.0
 _ENGINE_WITHHELD_ENV = frozenset({"SIE_API_KEY"})
-
-
-@dataclass
-class _Running:
-    """An engine serving a model, with the requests it is serving."""
-
-    engine: EngineProcess
-    options: LoadOptions
-    nccl_port: int | None
-    inflight: int = 0
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def __post_init__(self) -> None:
-        self.idle.set()
-
-
-@dataclass
-class ModelRecord:
-    served: ServedModel
-    state: str = "unloaded"
-    block: tuple[int, ...] = ()
-    pinned: bool = False
-    error: str | None = None
-    last_used: float = 0.0  # monotonic, for placement
-    last_used_wall: float | None = None
-    running: _Running | None = None
-    load_task: asyncio.Task[None] | None = None
-    config_pending: bool = False
-    pinned_retry_at: float = 0.0
-    pinned_backoff_s: float = 1.0
-
-    @property
-    def id(self) -> str:
-        return self.served.id
 
 
 class ModelManager:
@@ -162,27 +128,13 @@ class ModelManager:
         return record
 
     def model_entry(self, record: ModelRecord) -> dict[str, Any]:
-        running = record.running
-        return {
-            "id": record.id,
-            "object": "model",
-            "owned_by": "sie",
-            "state": record.state,
-            "devices": [self.devices[i] for i in record.block],
-            "width": running.options.width if running else declared_width(record.served),
-            "pinned": record.pinned,
-            "error": record.error,
-            "last_used": record.last_used_wall,
-            "inflight": running.inflight if running else 0,
-            "config_pending": record.config_pending,
-        }
+        return model_entry(record, self.devices)
 
     def model_entries(self) -> list[dict[str, Any]]:
-        return [self.model_entry(r) for r in self.records.values()]
+        return [model_entry(r, self.devices) for r in self.records.values()]
 
     def device_entries(self) -> list[dict[str, Any]]:
-        holder: dict[int, str] = {i: r.id for r in self.records.values() for i in r.block}
-        return [{"device": d, "model": holder.get(i)} for i, d in enumerate(self.devices)]
+        return device_entries(self.records.values(), self.devices)
 
     # --- requests -----------------------------------------------------------------------
 
@@ -371,7 +323,7 @@ class ModelManager:
         record.block = tuple(placement.indices)
         return record.block
 
-    async def _launch(self, record: ModelRecord, options: LoadOptions) -> _Running:
+    async def _launch(self, record: ModelRecord, options: LoadOptions) -> RunningEngine:
         reserved: set[int] = set()
         try:
             return await self._launch_on_free_ports(record, options, reserved)
@@ -388,7 +340,7 @@ class ModelManager:
 
     async def _launch_on_free_ports(
         self, record: ModelRecord, options: LoadOptions, reserved: set[int]
-    ) -> _Running:
+    ) -> RunningEngine:
         nccl_port = options.nccl_port or self._reserve_port(ports.RENDEZVOUS_PORTS, reserved)
         if options.nccl_port:  # declared: keep the engine ports of other loads off it
             reserved.add(nccl_port)
@@ -407,7 +359,7 @@ class ModelManager:
             engine = await EngineProcess.start(
                 record.id, plan.argv, engine_env(self.base_env, plan), port
             )
-            running = _Running(engine, options, plan.nccl_port)
+            running = RunningEngine(engine, options, plan.nccl_port)
             # Hold the ports while the engine starts, so a parallel load picks others.
             record.running = running
             try:
@@ -465,7 +417,7 @@ class ModelManager:
         task.add_done_callback(_consume_exception)
         return task
 
-    async def _stop_crashed(self, running: _Running) -> None:
+    async def _stop_crashed(self, running: RunningEngine) -> None:
         running.engine.stopping = True
         await running.engine.stop(self.settings.engine_stop_grace_s)
 
@@ -474,7 +426,7 @@ class ModelManager:
             if self._device_stops.get(index) is task:
                 del self._device_stops[index]
 
-    async def _drain_and_stop(self, model_id: str, running: _Running | None) -> None:
+    async def _drain_and_stop(self, model_id: str, running: RunningEngine | None) -> None:
         if running is None:
             return
         running.engine.stopping = True
@@ -484,7 +436,7 @@ class ModelManager:
                 await asyncio.wait_for(running.idle.wait(), timeout=self.settings.drain_timeout_s)
         await running.engine.stop(self.settings.engine_stop_grace_s)
 
-    async def _watch(self, record: ModelRecord, running: _Running) -> None:
+    async def _watch(self, record: ModelRecord, running: RunningEngine) -> None:
         """Mark the model failed and free its devices if its engine dies on its own."""
         code = await running.engine.exited
         if running.engine.stopping:
@@ -512,7 +464,7 @@ class ModelManager:
 
     # --- leases and pins ----------------------------------------------------------------
 
-    def _lease(self, record: ModelRecord, running: _Running) -> Lease:
+    def _lease(self, record: ModelRecord, running: RunningEngine) -> Lease:
         running.inflight += 1
         running.idle.clear()
         record.last_used = time.monotonic()
