@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -77,6 +78,31 @@ def test_put_refuses_unparseable_bodies_with_invalid_config(start_worker: StartW
             response = client.put("/v1/configs/org/x", content=body, headers={"Content-Type": kind})
             assert response.status_code == 400
             assert response.json()["error"]["code"] == "invalid_config"
+
+
+def test_put_json_with_escaped_surrogates_keeps_pairs_and_refuses_lone_ones(
+    start_worker: StartWorker,
+) -> None:
+    worker = start_worker([], devices="cuda:0")
+    config = fake_model("org/emoji")
+    config["profiles"]["default"]["extra_env"] = {"GREETING": "MARK"}
+    body = json.dumps(config)
+    with worker.client() as client:
+        headers = {"Content-Type": "application/json"}
+        lone = client.put(
+            "/v1/configs/org/emoji", content=body.replace("MARK", "\\ud83d"), headers=headers
+        )
+        assert lone.status_code == 400
+        assert "$.profiles.default.extra_env.GREETING" in lone.json()["error"]["message"]
+        assert not list(worker.config_dir.rglob("*.yaml"))
+        paired = client.put(
+            "/v1/configs/org/emoji",
+            content=body.replace("MARK", "\\ud83d\\ude00"),
+            headers=headers,
+        )
+        assert paired.status_code == 201
+        stored = client.get("/v1/configs/org/emoji").json()
+    assert stored["profiles"]["default"]["extra_env"] == {"GREETING": "\U0001f600"}
 
 
 def test_ids_that_would_escape_the_config_dir_are_refused(start_worker: StartWorker) -> None:

@@ -668,3 +668,37 @@ def test_yaml_shaped_noise_is_accepted_or_refused_with_paths(
     text = "\n".join(f"{'  ' * depth}{key}:{value}" for depth, key, value in lines)
     problems = _refusal(lambda: parse_config_text(text, source="m.yaml"))
     assert all(p.path.startswith("$") and p.file == "m.yaml" for p in problems)
+
+
+def test_escaped_surrogate_pairs_in_json_configs_become_one_character() -> None:
+    doc = seed_example()
+    doc["profiles"]["default"]["extra_env"] = {"GREETING": "\U0001f600"}
+    text = json.dumps(doc)  # ensure_ascii writes the emoji as "\ud83d\ude00"
+    assert "\\ud83d\\ude00" in text
+    config = parse_config_text(text, source="m.json")
+    assert config.profiles["default"].extra_env == {"GREETING": "\U0001f600"}
+
+
+def test_an_unpaired_surrogate_escape_is_refused_with_its_path() -> None:
+    doc = seed_example()
+    doc["profiles"]["default"]["extra_env"] = {"GREETING": "PLACEHOLDER"}
+    text = json.dumps(doc).replace("PLACEHOLDER", "\\ud83d")
+    problems = _refusal(lambda: parse_config_text(text, source="m.json"))
+    assert [(p.path, "unpaired UTF-16 surrogate" in p.message) for p in problems] == [
+        ("$.profiles.default.extra_env.GREETING", True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        ("extra_launch_args", ["--x", "a" * 65537], "$.profiles.default.extra_launch_args[1]"),
+        ("extra_env", {"BIG": "a" * 65537}, "$.profiles.default.extra_env.BIG"),
+    ],
+)
+def test_launch_values_the_kernel_would_refuse_at_exec_are_refused(
+    field: str, value: object, path: str
+) -> None:
+    assert problems_of(with_default(**{field: value})) == {
+        path: "must be at most 65536 characters long, got 65537; shorten it"
+    }

@@ -111,7 +111,9 @@ def _message(keyword: Any, schema: Mapping[str, Any], error: ValidationError) ->
     if keyword == "minLength":
         return "must not be empty"
     if keyword == "maxLength":
-        return f"must be at most {value} characters long, got {len(instance)}"
+        return f"must be at most {value} characters long, got {len(instance)}; shorten it"
+    if keyword == "maxItems":
+        return f"must hold at most {value} items, got {len(instance)}; remove some"
     if keyword == "minProperties":
         if error.absolute_path and list(error.absolute_path)[-1] == "tasks":
             return "declares no task; add generate and/or encode"

@@ -112,7 +112,9 @@ class _Walker:
             self._add(path, f"the document has more than {MAX_NODES} values; trim it")
         if self.nodes > MAX_NODES:
             return None
-        if value is None or isinstance(value, bool | int | str):
+        if isinstance(value, str):
+            return self._text(value, path)
+        if value is None or isinstance(value, bool | int):
             return value
         if isinstance(value, float):
             return value  # nan and inf pass through: the rules that need numbers refuse them
@@ -135,10 +137,22 @@ class _Walker:
                 if not isinstance(key, str):
                     self._add(path, f"has the key {key!r}, which is not a string; quote the key")
                     continue
+                key = self._text(key, path)
                 out[key] = self.copy(item, [*path, key], depth + 1)
             return out
         finally:
             self.stack.discard(id(value))
+
+    def _text(self, value: str, path: list[str | int]) -> str:
+        # PyYAML keeps JSON's escaped surrogate pairs ("\ud83d\ude00") as two lone
+        # surrogates; join them so the value can be encoded, and refuse a lone one.
+        if not any("\ud800" <= char <= "\udfff" for char in value):
+            return value
+        try:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:
+            self._add(path, "holds an unpaired UTF-16 surrogate escape; write the character itself")
+            return value.encode("utf-8", "replace").decode("utf-8")
 
     def _add(self, path: list[str | int], message: str) -> None:
         self.problems.append(Problem(json_path(path), message))
