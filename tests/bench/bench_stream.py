@@ -75,7 +75,8 @@ _FOCUS = (
     "AsyncConnectionPool._assign_requests_to_connections",  # httpcore's pool bookkeeping
     "RequestResponseCycle.send",  # uvicorn's per-write cost
     "StreamingResponse.stream_response",  # the whole downstream side of a stream
-    "Response.aiter_raw",  # the whole upstream side: httpx, httpcore, h11
+    "Response.aiter_raw",  # the whole upstream side through httpx: httpcore, h11
+    "StreamResponse.data_received",  # the whole upstream side through stream_client
 )
 _PATHS = ("direct", "nginx", "worker", "router+worker", "worker@baseline")
 _NGINX_CONF = """\

@@ -438,6 +438,8 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
 
     pool = "AsyncConnectionPool._assign_requests_to_connections"
     downstream = "StreamingResponse.stream_response"
+    upstream_httpx = "Response.aiter_raw"
+    upstream_raw = "StreamResponse.data_received"
     lines = [
         "### Profile and fix",
         "",
@@ -453,30 +455,42 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         "per idle connection, counts the whole pool again: quadratic in the number of "
         f"connections. With {profiled(f'worker@baseline {_RATE}')} streams of 50 tok/s "
         f"starting and ending it was {focus(f'worker@baseline {_RATE}', pool)} of the samples (now "
-        f"{focus(f'worker {_RATE}', pool)}). **Fix:** once a stream's `[DONE]` event has "
-        "arrived the worker stops reading and closes the response before the engine's end "
-        "of body, so httpcore closes that connection instead of parking it idle in the pool; "
-        "a stream lasts seconds, a loopback connect costs well under a millisecond. The "
-        "worker closing first also leaves the TIME_WAIT on its own ephemeral port rather "
-        "than on the engine's port (a first try with `Connection: close` left one per "
-        "stream there, and the worker's port picker counts those ports as taken). "
-        "Non-streaming requests keep their keep-alive connections.",
+        f"{focus(f'worker {_RATE}', pool)}). **Fix:** streams no longer use the pool (fix 3): "
+        "each has its own engine connection, which the worker closes once `[DONE]` has "
+        "arrived, before the engine's end of body; a stream lasts seconds, a loopback "
+        "connect costs well under a millisecond. The worker closing first also leaves the "
+        "TIME_WAIT on its own ephemeral port rather than on the engine's port (a first try "
+        "with `Connection: close` left one per stream there, and the worker's port picker "
+        "counts those ports as taken). Non-streaming requests keep httpx's keep-alive pool.",
         "2. **One write per event**: every SSE event the engine sent became its own trip "
         "through Starlette's `StreamingResponse`, the middleware send wrappers and uvicorn's "
         "`send` (a `transport.write` each): with a fast engine the downstream side "
         f"(`{downstream}`) was {focus('worker@baseline fast', downstream)} of the samples "
-        f"(now {focus('worker fast', downstream)}). **Fix:** `proxy._Pump` reads the "
-        "engine's stream in its own task; the relay takes everything that arrived since its "
-        "last write and sends it as one chunk (still only whole events; at most 1 MiB "
-        "buffered, past which the reader waits, so a slow client still slows the engine's "
-        "stream). At a steady 50 tok/s there is one event per write, as before; when the "
-        "engine is faster than the client side, writes carry as many events as have arrived.",
+        f"(now {focus('worker fast', downstream)}). **Fix:** the engine's socket is read as "
+        "data arrives, independently of the relay; the relay takes everything that arrived "
+        "since its last write and sends it as one chunk (still only whole events; at most "
+        "1 MiB buffered, past which reading pauses, so a slow client still slows the "
+        "engine's stream). At a steady 50 tok/s there is one event per write, as before; "
+        "when the engine is faster than the client side, writes carry as many events as "
+        "have arrived.",
+        "3. **HTTP parsing of the engine's stream in Python**: an engine sends every SSE "
+        "event as its own HTTP chunk, and httpx handles each one through h11 (a chunk-header "
+        "regex, a `Data` event, state checks) and then httpcore's, anyio's and httpx's async "
+        "generators: the upstream side (`Response.aiter_raw`) was "
+        f"{focus('worker@baseline fast', upstream_httpx)} of the baseline's samples with a "
+        "fast engine. **Fix:** streams go through `sie_worker.stream_client`, an asyncio "
+        "protocol that sends the one request and lets httptools (the C parser uvicorn "
+        "already uses) undo the chunked framing; its buffer is what the relay takes from. "
+        f"The upstream side (`{upstream_raw}`) is now "
+        f"{focus('worker fast', upstream_raw)} of the samples. Failures are raised as "
+        "httpx's exception types, so both paths are translated to `engine_timeout` / "
+        "`engine_unavailable` in one place.",
         "",
         "The router shows the same pool cost on its hop to the worker: "
         f"{focus(f'router+worker {_RATE}', pool)} of the router's samples at 50 tok/s "
         f"({profiled(f'router+worker {_RATE}')} streams) are in "
-        f"`{pool}` (profile below); closing a stream's connection after `[DONE]` there too "
-        "would remove it.",
+        f"`{pool}` (profile below); its relay still goes through httpx, for any method and "
+        "path; moving its streams to `stream_client` would remove that cost too.",
         "",
     ]
     if "worker@baseline" in paths:

@@ -690,15 +690,27 @@ def test_an_unpaired_surrogate_escape_is_refused_with_its_path() -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "path"),
+    ("field", "fits", "too_long", "path"),
     [
-        ("extra_launch_args", ["--x", "a" * 65537], "$.profiles.default.extra_launch_args[1]"),
-        ("extra_env", {"BIG": "a" * 65537}, "$.profiles.default.extra_env.BIG"),
+        (
+            "extra_launch_args",
+            ["--x", "a" * (128 * 1024 - 1)],
+            ["--x", "a" * (128 * 1024)],
+            "$.profiles.default.extra_launch_args[1]",
+        ),
+        (
+            "extra_env",
+            {"BIG": "a" * (128 * 1024 - 5)},  # BIG=...\0 is exactly 128 KiB
+            {"BIG": "\u00e9" * (64 * 1024)},  # 2 bytes each in UTF-8
+            "$.profiles.default.extra_env.BIG",
+        ),
     ],
 )
-def test_launch_values_the_kernel_would_refuse_at_exec_are_refused(
-    field: str, value: object, path: str
+def test_launch_strings_the_kernel_would_refuse_at_exec_are_refused(
+    field: str, fits: object, too_long: object, path: str
 ) -> None:
-    assert problems_of(with_default(**{field: value})) == {
-        path: "must be at most 65536 characters long, got 65537; shorten it"
-    }
+    assert problems_of(with_default(**{field: fits})) == {}
+    problems = problems_of(with_default(**{field: too_long}))
+    assert list(problems) == [path]
+    assert "MAX_ARG_STRLEN" in problems[path]
+    assert "shorten it" in problems[path]

@@ -1,16 +1,21 @@
-"""The proxy against a mock engine (httpx.MockTransport), served through a tiny ASGI app."""
+"""The proxy, served through a tiny ASGI app: JSON answers against a mock engine
+(httpx.MockTransport), streams against a scripted engine on a real socket."""
 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from tests.support.scripted_engine import DROP, HANG, EngineRequest, Reply, scripted_engine
 
 from sie_worker.errors import SieError
 from sie_worker.proxy import Lease, forward
@@ -18,9 +23,10 @@ from sie_worker.proxy import Lease, forward
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+@pytest.fixture(params=[{"use_uvloop": False}, {"use_uvloop": True}], ids=["asyncio", "uvloop"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
+    # The worker serves on uvloop (uvicorn picks it): its transports are not asyncio's.
+    return "asyncio", request.param
 
 
 class _Releases:
@@ -60,14 +66,6 @@ async def _post(app: Starlette, stream: bool = False) -> httpx.Response:
         return await client.post(
             "/v1/completions", json={"model": "org/m", "prompt": "x", "stream": stream}
         )
-
-
-def _sse(*events: bytes) -> AsyncIterator[bytes]:
-    async def generate() -> AsyncIterator[bytes]:
-        for event in events:
-            yield event
-
-    return generate()
 
 
 @pytest.mark.anyio
@@ -147,39 +145,154 @@ async def test_transport_failures_are_translated(
     assert releases.count == 1
 
 
+def _stream_app(base_url: str, releases: _Releases, read_timeout: float | None = 5.0) -> Starlette:
+    """Streams go over their own connection: to a scripted engine on a real socket."""
+
+    async def endpoint(request: Request) -> Response:
+        body = await request.body()
+        lease = Lease("org/m", base_url, read_timeout, releases)
+        try:
+            async with httpx.AsyncClient() as unused_for_streams:
+                return await forward(
+                    unused_for_streams,
+                    lease,
+                    "/v1/completions",
+                    body,
+                    request.headers,
+                    stream=True,
+                    request_id="rid-1",
+                )
+        except SieError as error:
+            return JSONResponse(error.body(), status_code=error.status)
+
+    return Starlette(routes=[Route("/v1/completions", endpoint, methods=["POST"])])
+
+
+def _script(*items: object, **reply: Any) -> Callable[[EngineRequest], Reply]:
+    async def body() -> AsyncIterator[object]:
+        for item in items:
+            yield item
+
+    return lambda request: Reply(body=body(), **reply)
+
+
+def _error_event(text: str) -> dict[str, Any]:
+    last = [e for e in text.split("\n\n") if e.strip()][-1]
+    error: dict[str, Any] = json.loads(last.removeprefix("data: "))["error"]
+    return error
+
+
 @pytest.mark.anyio
 async def test_stream_relays_whole_events_even_when_split_across_chunks() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            200,
-            headers={"content-type": "text/event-stream"},
-            content=_sse(b'data: {"a"', b': 1}\n\ndata: {"b": 2}\n', b"\ndata: [DONE]\n\n"),
-        )
-
+    script = _script(b'data: {"a"', b': 1}\n\ndata: {"b": 2}\n', b"\ndata: [DONE]\n\n")
     releases = _Releases()
-    response = await _post(_app(handler, releases), stream=True)
+    async with scripted_engine(script) as engine:
+        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+        assert engine.requests[0].headers["x-request-id"] == "rid-1"
+        assert json.loads(engine.requests[0].body)["stream"] is True
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["x-request-id"] == "rid-1"
     assert response.text == 'data: {"a": 1}\n\ndata: {"b": 2}\n\ndata: [DONE]\n\n'
     assert releases.count == 1
 
 
 @pytest.mark.anyio
-async def test_read_cap_mid_stream_ends_with_one_error_event_at_an_event_boundary() -> None:
-    async def stalled() -> AsyncIterator[bytes]:
-        yield b'data: {"n": 1}\n\ndata: {"partial'
-        raise httpx.ReadTimeout("stalled")
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=stalled())
-
+async def test_a_body_that_ends_with_the_connection_is_relayed_whole() -> None:
+    events = b'data: {"a": 1}\n\ndata: [DONE]\n\n'
     releases = _Releases()
-    response = await _post(_app(handler, releases, read_timeout=1.5), stream=True)
+    async with scripted_engine(_script(events[:9], events[9:], chunked=False)) as engine:
+        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+    assert response.text == events.decode()
+    assert releases.count == 1
+
+
+@pytest.mark.anyio
+async def test_read_cap_mid_stream_ends_with_one_error_event_at_an_event_boundary() -> None:
+    releases = _Releases()
+    async with scripted_engine(_script(b'data: {"n": 1}\n\ndata: {"partial', HANG)) as engine:
+        app = _stream_app(engine.base_url, releases, read_timeout=0.3)
+        with anyio.fail_after(10):
+            response = await _post(app, stream=True)
+            await engine.client_closed.wait()  # the stalled connection was closed
     events = [e for e in response.text.split("\n\n") if e.strip()]
     assert events[0] == 'data: {"n": 1}'
-    error = json.loads(events[-1].removeprefix("data: "))["error"]
+    error = _error_event(response.text)
     assert error["code"] == "engine_timeout"
-    assert "request_read_timeout_s=1.5s" in error["message"]
+    assert "request_read_timeout_s=0.3s" in error["message"]
+    assert releases.count == 1
+
+
+@pytest.mark.anyio
+async def test_no_answer_within_the_read_cap_is_a_504_before_the_stream_starts() -> None:
+    releases = _Releases()
+    async with scripted_engine(_script(HANG, head=b"")) as engine:
+        app = _stream_app(engine.base_url, releases, read_timeout=0.3)
+        with anyio.fail_after(10):
+            response = await _post(app, stream=True)
+    assert response.status_code == 504
+    assert response.json()["error"]["code"] == "engine_timeout"
+    assert releases.count == 1
+
+
+@pytest.mark.anyio
+async def test_an_engine_that_drops_the_connection_mid_stream_ends_it_with_an_error_event() -> None:
+    releases = _Releases()
+    async with scripted_engine(_script(b'data: {"n": 1}\n\n', DROP)) as engine:
+        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+    assert response.text.startswith('data: {"n": 1}\n\n')
+    error = _error_event(response.text)
+    assert error["code"] == "engine_unavailable"
+    assert "closed the connection" in error["message"]
+    assert releases.count == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected_status", "code"),
+    [
+        (400, b'{"error": {"message": "bad max_tokens"}}', 400, "invalid_request"),
+        (503, b"<html>oops</html>", 502, "engine_unavailable"),
+    ],
+)
+@pytest.mark.anyio
+async def test_a_stream_the_engine_refuses_gets_the_engines_error(
+    status: int, body: bytes, expected_status: int, code: str
+) -> None:
+    releases = _Releases()
+    script = _script(body, status=status, headers={"content-type": "application/json"})
+    async with scripted_engine(script) as engine:
+        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+    assert response.status_code == expected_status
+    assert response.json()["error"]["code"] == code
+    assert response.json()["error"]["message"].startswith("org/m: ")
+    assert releases.count == 1
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"SPDY/9 200 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n"],
+    ids=["not-http", "huge-head"],
+)
+@pytest.mark.anyio
+async def test_an_answer_that_is_not_http_is_a_clean_502(head: bytes) -> None:
+    releases = _Releases()
+    async with scripted_engine(_script(HANG, head=head)) as engine:
+        with anyio.fail_after(10):
+            response = await _post(_stream_app(engine.base_url, releases), stream=True)
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "engine_unavailable"
+    assert releases.count == 1
+
+
+@pytest.mark.anyio
+async def test_a_stream_to_an_engine_that_is_not_listening_is_a_502() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, never listening: connections are refused
+        releases = _Releases()
+        response = await _post(_stream_app(f"http://127.0.0.1:{port}", releases), stream=True)
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "engine_unavailable"
     assert releases.count == 1
 
 
@@ -188,19 +301,17 @@ async def test_read_cap_mid_stream_ends_with_one_error_event_at_an_event_boundar
     [
         ((b"this is not sse\n\n",), "not server-sent events"),
         ((b'data: {"n": 1}\n\n', b"data: trailing"), "truncated"),
+        ((b"data: {broken\n\n",), "not JSON"),
     ],
 )
 @pytest.mark.anyio
 async def test_malformed_streams_end_with_an_error_event(
     chunks: tuple[bytes, ...], what: str
 ) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=_sse(*chunks))
-
     releases = _Releases()
-    response = await _post(_app(handler, releases), stream=True)
-    last = [e for e in response.text.split("\n\n") if e.strip()][-1]
-    error = json.loads(last.removeprefix("data: "))["error"]
+    async with scripted_engine(_script(*chunks)) as engine:
+        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+    error = _error_event(response.text)
     assert error["code"] == "engine_unavailable"
     assert what in error["message"]
     assert releases.count == 1

@@ -49,6 +49,7 @@ DEFAULT_PROFILE = "default"
 MAX_WIDTH = 8
 MAX_CONFIG_BYTES = 1024 * 1024
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+MAX_ARG_BYTES = 128 * 1024  # Linux's MAX_ARG_STRLEN: one argv or environ string, with NUL
 VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
@@ -239,9 +240,19 @@ def _profile_problems(name: str, profile: Mapping[str, Any], names: list[str]) -
     if isinstance(args, list) and all(isinstance(a, str) for a in args):
         for index, message in reserved_flag_problems(args):
             problems.append(Problem(json_path([*base, "extra_launch_args", index]), message))
+        for index, arg in enumerate(args):
+            size = len(arg.encode("utf-8", "surrogatepass")) + 1  # with its NUL
+            if size > MAX_ARG_BYTES:
+                message = _too_long("argument", size)
+                problems.append(Problem(json_path([*base, "extra_launch_args", index]), message))
     env = profile.get("extra_env")
     if isinstance(env, dict):
-        for key in env:
+        for key, value in env.items():
+            if isinstance(value, str):
+                size = len(f"{key}={value}".encode("utf-8", "surrogatepass")) + 1
+                if size > MAX_ARG_BYTES:
+                    message = _too_long("variable (NAME=value)", size)
+                    problems.append(Problem(json_path([*base, "extra_env", key]), message))
             variable = key.strip().upper()
             if variable in VISIBILITY_VARIABLES:
                 message = (
@@ -260,6 +271,14 @@ def _profile_problems(name: str, profile: Mapping[str, Any], names: list[str]) -
         except UnknownAdapter as exc:
             problems.append(Problem(json_path([*base, "adapter_path"]), str(exc)))
     return problems
+
+
+def _too_long(what: str, size: int) -> str:
+    return (
+        f"is {size} bytes as an exec {what}; Linux refuses any single one over "
+        f"{MAX_ARG_BYTES} bytes (MAX_ARG_STRLEN) when it starts the engine: shorten it, "
+        "or pass the value through a file"
+    )
 
 
 def _cycle_problems(profiles: Mapping[str, Mapping[str, Any]]) -> list[Problem]:

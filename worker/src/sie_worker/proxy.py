@@ -5,14 +5,13 @@ read cap become ``engine_timeout`` (504; the engine is not restarted), a refused
 connection becomes ``engine_unavailable`` (502). Once a stream has started, failures end it
 with one SSE error event instead, at an event boundary.
 
-Streams are the hot path (``docs/benchmarks.md``): a :class:`_Pump` task reads the engine
-while the relay writes, so events that arrived meanwhile leave in one write, and a stream's
-engine connection is closed by the worker after ``[DONE]`` rather than pooled.
+Streams are the hot path (``docs/benchmarks.md``): each goes over its own engine connection,
+parsed by :mod:`sie_worker.stream_client` while the relay writes, so events that arrived
+meanwhile leave in one write; the worker closes that connection after ``[DONE]``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -30,6 +29,7 @@ from sie_worker.errors import (
     PayloadTooLarge,
     SieError,
 )
+from sie_worker.stream_client import StreamResponse, open_stream
 
 __all__ = ["Lease", "forward", "sse_error_event"]
 
@@ -70,9 +70,14 @@ async def forward(
     stream: bool,
     request_id: str,
 ) -> Response:
-    """Send ``body`` to the engine's ``path``; the lease is released when the answer is done."""
+    """Send ``body`` to the engine's ``path``; the lease is released when the answer is done.
+    Streams go over their own connection (:mod:`sie_worker.stream_client`), everything else
+    through ``client``'s pool."""
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
     upstream_headers["x-request-id"] = request_id
+    reply_headers = {"x-request-id": request_id}
+    if stream:
+        return await _forward_stream(lease, path, body, upstream_headers, reply_headers)
     timeout = httpx.Timeout(
         connect=_CONNECT_TIMEOUT_S,
         read=lease.read_timeout_s,
@@ -85,6 +90,36 @@ async def forward(
     try:
         with _translate(lease):
             upstream = await client.send(request, stream=True)
+            try:
+                content = await upstream.aread()
+            finally:
+                await upstream.aclose()
+        return _reply(lease, upstream.status_code, content, reply_headers)
+    except SieError as error:
+        lease.status = str(error.status)
+        raise
+    finally:
+        lease.release()
+
+
+async def _forward_stream(
+    lease: Lease,
+    path: str,
+    body: bytes,
+    upstream_headers: dict[str, str],
+    reply_headers: dict[str, str],
+) -> Response:
+    try:
+        with _translate(lease):
+            upstream = await open_stream(
+                lease.base_url + path,
+                body,
+                upstream_headers,
+                connect_timeout_s=_CONNECT_TIMEOUT_S,
+                read_timeout_s=lease.read_timeout_s,
+                high_water=_PUMP_HIGH_WATER,
+                stop_after=_ends_with_done,
+            )
     except SieError as error:
         lease.status = str(error.status)
         lease.release()
@@ -92,29 +127,31 @@ async def forward(
     except BaseException:
         lease.release()
         raise
-    reply_headers = {"x-request-id": request_id}
-    if not stream or upstream.status_code != 200:
+    if upstream.status != 200:
         try:
             with _translate(lease):
-                content = await upstream.aread()
-            response = _json_reply(lease, upstream.status_code, content, reply_headers)
-            lease.status = str(response.status_code)
-            return response
+                content = await upstream.read_all(_MAX_SSE_EVENT_BYTES)
+            return _reply(lease, upstream.status, content, reply_headers)
         except SieError as error:
             lease.status = str(error.status)
             raise
         finally:
-            await upstream.aclose()
+            upstream.close()
             lease.release()
     lease.status = "200"
     reply_headers.update({"cache-control": "no-cache", "x-accel-buffering": "no"})
-    pumps: list[_Pump] = []
     return StreamingResponse(
-        _relay_events(upstream, lease, pumps),
+        _relay_events(upstream, lease),
         media_type="text/event-stream",
         headers=reply_headers,
-        background=BackgroundTask(_close, upstream, lease, pumps),
+        background=BackgroundTask(_close, upstream, lease),
     )
+
+
+def _reply(lease: Lease, status: int, content: bytes, headers: dict[str, str]) -> Response:
+    response = _json_reply(lease, status, content, headers)
+    lease.status = str(response.status_code)
+    return response
 
 
 def sse_error_event(error: SieError) -> bytes:
@@ -187,82 +224,24 @@ def _engine_message(content: bytes) -> str | None:
     return None
 
 
-class _Pump:
-    """Reads the engine's stream in its own task, so that every event that arrived while the
-    client was being written to goes out in one write instead of one write per event (a
-    write costs the same for one event as for a hundred). Holds at most ``_PUMP_HIGH_WATER``
-    bytes: past that the reader waits, so a slow client still slows the engine's stream."""
-
-    def __init__(self, upstream: httpx.Response) -> None:
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self._arrived = asyncio.Event()
-        self._taken = asyncio.Event()
-        self.error: Exception | None = None
-        self.finished = False
-        self.task = asyncio.ensure_future(self._read(upstream))
-
-    async def _read(self, upstream: httpx.Response) -> None:
-        previous = b""
-        try:
-            async for chunk in upstream.aiter_raw():
-                self._chunks.append(chunk)
-                self._size += len(chunk)
-                self._arrived.set()
-                if (
-                    chunk.endswith(_DONE_EVENT)
-                    or (
-                        len(chunk) < len(_DONE_EVENT)  # [DONE] split across two reads
-                        and (previous[-len(_DONE_EVENT) :] + chunk).endswith(_DONE_EVENT)
-                    )
-                ):
-                    # Stop before the engine's end of body: closing the response then closes
-                    # the connection from our side instead of handing it back to httpx's pool,
-                    # whose bookkeeping (httpcore 1.0.9) walks every pooled connection at each
-                    # request start and end, quadratically in idle ones: a large share of the
-                    # worker's CPU once many streams start and end (docs/benchmarks.md).
-                    # Closing first also leaves the TIME_WAIT on our ephemeral port, not on
-                    # the engine's port, which the port picker tests.
-                    break
-                previous = chunk
-                if self._size > _PUMP_HIGH_WATER:
-                    self._taken.clear()
-                    await self._taken.wait()
-        except Exception as exc:  # handed to the relay, which translates it
-            self.error = exc
-        finally:
-            self.finished = True
-            self._arrived.set()
-
-    @property
-    def drained(self) -> bool:
-        """The engine's stream has ended and everything read has been taken."""
-        return self.finished and not self._chunks
-
-    async def take(self) -> bytes:
-        """Everything read since the last call; waits for something unless finished."""
-        if not self._chunks and not self.finished:
-            self._arrived.clear()
-            await self._arrived.wait()
-        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        self._chunks.clear()
-        self._size = 0
-        self._taken.set()
-        return data
-
-    async def stop(self) -> None:
-        if not self.task.done():
-            self.task.cancel()
-            await asyncio.wait({self.task})
+def _ends_with_done(chunk: bytes, previous: bytes) -> bool:
+    """Whether the stream's ``[DONE]`` event ends with ``chunk``. Reading stops there, before
+    the engine's end of body, and the worker closes the connection: a stream's connection is
+    never reused, and the TIME_WAIT is left on the worker's ephemeral port rather than on the
+    engine's port, which the port picker tests."""
+    if chunk.endswith(_DONE_EVENT):
+        return True
+    return len(chunk) < len(_DONE_EVENT) and (previous[-len(_DONE_EVENT) :] + chunk).endswith(
+        _DONE_EVENT
+    )
 
 
-async def _relay_events(
-    upstream: httpx.Response, lease: Lease, pumps: list[_Pump]
-) -> AsyncIterator[bytes]:
-    """Yield whole SSE events as they arrive; end with an error event if the engine fails."""
+async def _relay_events(upstream: StreamResponse, lease: Lease) -> AsyncIterator[bytes]:
+    """Yield whole SSE events as they arrive; end with an error event if the engine fails.
+    Everything that arrived since the last write leaves in one write: a write costs about
+    the same for one event as for a hundred."""
     pending = b""
-    pump = _Pump(upstream)
-    pumps.append(pump)  # stopped by _close, which runs after the response however it ends
+    pump = upstream
     try:
         with _translate(lease):
             while True:
@@ -315,10 +294,9 @@ def _malformed(lease: Lease, what: str) -> bytes:
     return sse_error_event(error)
 
 
-async def _close(upstream: httpx.Response, lease: Lease, pumps: list[_Pump]) -> None:
+async def _close(upstream: StreamResponse, lease: Lease) -> None:
+    # Runs after the response however it ended (done, failed, client gone).
     try:
-        for pump in pumps:
-            await pump.stop()
-        await upstream.aclose()
+        upstream.close()
     finally:
         lease.release()

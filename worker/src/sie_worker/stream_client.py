@@ -1,0 +1,268 @@
+"""One streamed HTTP/1.1 response over its own connection, parsed in C by httptools.
+
+The streaming hot path (``docs/benchmarks.md``): httpx parses a chunked body in Python,
+one h11 event per chunk, and an engine sends every server-sent event as its own chunk, so
+most of the worker's CPU per relayed event went there. This client does only what a stream
+needs: connect, send one request, parse the answer's head and body with httptools (already
+installed for uvicorn), buffer the body until the relay takes it, and stop reading early
+when told to. Everything else (non-stream requests, health polls) stays on httpx.
+
+Failures are raised as httpx's exception types (``ConnectError``, ``ConnectTimeout``,
+``ReadTimeout``, ``ReadError``, ``RemoteProtocolError``) so that callers translate both
+clients' failures in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+import httpx
+
+__all__ = ["StreamResponse", "open_stream"]
+
+_MAX_HEAD_BYTES = 64 * 1024
+
+
+class StreamResponse(asyncio.Protocol):
+    """The answer to one request. :meth:`take` hands over the body read so far; reading
+    pauses past ``high_water`` bytes not yet taken (so a slow client slows the engine), and
+    stops for good when ``stop_after(chunk, previous)`` says the stream is complete."""
+
+    def __init__(
+        self,
+        read_timeout_s: float | None,
+        high_water: int,
+        stop_after: Callable[[bytes, bytes], bool],
+    ) -> None:
+        self.status = 0
+        self.headers: list[tuple[str, str]] = []
+        self.error: Exception | None = None
+        self.finished = False
+        self._read_timeout_s = read_timeout_s
+        self._high_water = high_water
+        self._stop_after = stop_after
+        self._parser = httptools.HttpResponseParser(self)
+        self._loop = asyncio.get_running_loop()
+        self._head: asyncio.Future[None] = self._loop.create_future()
+        self._arrived = asyncio.Event()
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._previous = b""
+        self._head_bytes = 0  # received while the head was incomplete
+        self._header_bytes = 0  # in header names and values
+        self._delimited_by_close = True  # until a content-length or chunked header says no
+        self._paused = False
+        self._last_read = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+        self._transport: asyncio.Transport | None = None
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Not an isinstance check: uvloop's transports do not subclass asyncio's.
+        self._transport = cast(asyncio.Transport, transport)
+        self._last_read = self._loop.time()
+        if self._read_timeout_s is not None:
+            self._timer = self._loop.call_at(self._last_read + self._read_timeout_s, self._check)
+
+    def data_received(self, data: bytes) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return  # closed from this side: whatever still arrives is not wanted
+        self._last_read = self._loop.time()
+        try:
+            self._parser.feed_data(data)
+            if not self._head.done():
+                self._head_bytes += len(data)  # all of it: the head is still not complete
+                self._check_head_size()
+        except httptools.HttpParserError as exc:
+            if self._head_bytes > _MAX_HEAD_BYTES:
+                self._fail(httpx.RemoteProtocolError("the response head is larger than 64 KiB"))
+            else:
+                self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+            return
+        if self.finished:
+            self.close()
+        elif self._size > self._high_water and not self._paused and self._transport:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        if self.finished:
+            return
+        if exc is None and self._head.done() and self._delimited_by_close:
+            self._end()  # a body without length or chunking ends with the connection
+            return
+        detail = f": {exc}" if exc else ""
+        if not self._head.done():
+            self._fail(httpx.RemoteProtocolError(f"the engine closed the connection{detail}"))
+        else:
+            self._fail(httpx.ReadError(f"the engine closed the connection mid-response{detail}"))
+
+    # -- httptools callbacks -------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value)
+        self._check_head_size()
+        key = name.decode("latin-1").lower()
+        if key in ("content-length", "transfer-encoding"):
+            self._delimited_by_close = False
+        self.headers.append((key, value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        if self.finished:
+            return
+        self._chunks.append(body)
+        self._size += len(body)
+        self._arrived.set()
+        if self._stop_after(body, self._previous):
+            self._end()
+        self._previous = body
+
+    def on_message_complete(self) -> None:
+        self._end()
+
+    # -- for the relay -------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        if self._transport is not None:
+            self._transport.write(data)
+
+    async def wait_head(self) -> None:
+        await asyncio.shield(self._head)
+
+    @property
+    def drained(self) -> bool:
+        """The response has ended (or failed) and everything read has been taken."""
+        return self.finished and not self._chunks
+
+    async def take(self) -> bytes:
+        """Everything read since the last call; waits for something unless finished."""
+        if not self._chunks and not self.finished:
+            self._arrived.clear()
+            await self._arrived.wait()
+        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._size = 0
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._last_read = self._loop.time()  # time paused for the client is not idle
+            self._transport.resume_reading()
+        return data
+
+    async def read_all(self, limit: int) -> bytes:
+        """The rest of the body, at most ``limit`` bytes (more is cut off)."""
+        parts: list[bytes] = []
+        size = 0
+        while not self.drained and size < limit:
+            part = await self.take()
+            parts.append(part)
+            size += len(part)
+        if self.error is not None:
+            raise self.error
+        return b"".join(parts)[:limit]
+
+    def close(self) -> None:
+        """Stop reading and close the connection from this side (idempotent)."""
+        self._cancel_timer()
+        if not self.finished:
+            self.finished = True
+            self._arrived.set()
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _check_head_size(self) -> None:
+        if max(self._head_bytes, self._header_bytes) > _MAX_HEAD_BYTES:
+            self._head_bytes = _MAX_HEAD_BYTES + 1
+            raise httptools.HttpParserError("the response head is larger than 64 KiB")
+
+    def _end(self) -> None:
+        self.finished = True
+        self._cancel_timer()
+        self._arrived.set()
+
+    def _fail(self, error: Exception) -> None:
+        if self.finished:
+            return
+        self.error = error
+        if not self._head.done():
+            self._head.set_exception(error)
+        self._end()
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _check(self) -> None:
+        # One timer per stream, re-armed from the last read rather than reset on each read.
+        assert self._read_timeout_s is not None
+        self._timer = None
+        if self.finished:
+            return
+        now = self._loop.time()
+        due = (now if self._paused else self._last_read) + self._read_timeout_s
+        if due > now:
+            self._timer = self._loop.call_at(due, self._check)
+            return
+        self._fail(httpx.ReadTimeout(f"no bytes from the engine for {self._read_timeout_s:g}s"))
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+async def open_stream(
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    connect_timeout_s: float,
+    read_timeout_s: float | None,
+    high_water: int,
+    stop_after: Callable[[bytes, bytes], bool],
+) -> StreamResponse:
+    """POST ``body`` to ``url`` (``http://host:port/path``) on a new connection and return
+    once the response head has arrived (within ``read_timeout_s`` of connecting)."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise httpx.UnsupportedProtocol(f"only http:// URLs are streamed, got {url!r}")
+    host, port = parts.hostname, parts.port or 80
+    loop = asyncio.get_running_loop()
+
+    def protocol() -> StreamResponse:
+        return StreamResponse(read_timeout_s, high_water, stop_after)
+
+    try:
+        async with asyncio.timeout(connect_timeout_s):
+            _, response = await loop.create_connection(protocol, host, port)
+    except TimeoutError:
+        raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
+    except OSError as exc:
+        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    lines = [f"POST {target} HTTP/1.1", f"Host: {parts.netloc}"]
+    for name, value in headers.items():
+        if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+            continue  # never let a header value split the request
+        lines.append(f"{name}: {value}")
+    lines.append(f"Content-Length: {len(body)}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+    response.send(head + body)
+    try:
+        await response.wait_head()
+    except BaseException:
+        response.close()
+        raise
+    return response
