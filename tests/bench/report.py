@@ -433,6 +433,15 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         value = (profiles.get(key) or {}).get("focus", {}).get(frame)
         return "-" if value is None else f"{value:.0%}"
 
+    def per_event(key: str, frame: str) -> str:
+        """``frame``'s share of ``key``'s profile as µs of CPU per relayed event."""
+        path, _, mode = key.partition(" ")
+        profile = profiles.get(key) or {}
+        share = profile.get("focus", {}).get(frame)
+        cpu = _get(_cell(cells, path, mode, profile.get("streams", 64)), "proxy_cpu_us_per_event")
+        value = None if share is None or cpu is None else share * cpu
+        return "-" if value is None else f"~{value:.1f} µs per event"
+
     def profiled(key: str) -> str:
         return str((profiles.get(key) or {}).get("streams", "-"))
 
@@ -465,8 +474,10 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         "2. **One write per event**: every SSE event the engine sent became its own trip "
         "through Starlette's `StreamingResponse`, the middleware send wrappers and uvicorn's "
         "`send` (a `transport.write` each): with a fast engine the downstream side "
-        f"(`{downstream}`) was {focus('worker@baseline fast', downstream)} of the samples "
-        f"(now {focus('worker fast', downstream)}). **Fix:** the engine's socket is read as "
+        f"(`{downstream}`) was {focus('worker@baseline fast', downstream)} of the samples, "
+        f"{per_event('worker@baseline fast', downstream)} (now "
+        f"{focus('worker fast', downstream)}, {per_event('worker fast', downstream)}). "
+        "**Fix:** the engine's socket is read as "
         "data arrives, independently of the relay; the relay takes everything that arrived "
         "since its last write and sends it as one chunk (still only whole events; at most "
         "1 MiB buffered, past which reading pauses, so a slow client still slows the "
@@ -478,11 +489,13 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         "regex, a `Data` event, state checks) and then httpcore's, anyio's and httpx's async "
         "generators: the upstream side (`Response.aiter_raw`) was "
         f"{focus('worker@baseline fast', upstream_httpx)} of the baseline's samples with a "
-        "fast engine. **Fix:** streams go through `sie_worker.stream_client`, an asyncio "
+        f"fast engine, {per_event('worker@baseline fast', upstream_httpx)}. "
+        "**Fix:** streams go through `sie_worker.stream_client`, an asyncio "
         "protocol that sends the one request and lets httptools (the C parser uvicorn "
         "already uses) undo the chunked framing; its buffer is what the relay takes from. "
         f"The upstream side (`{upstream_raw}`) is now "
-        f"{focus('worker fast', upstream_raw)} of the samples. Failures are raised as "
+        f"{focus('worker fast', upstream_raw)} of the samples, "
+        f"{per_event('worker fast', upstream_raw)}. Failures are raised as "
         "httpx's exception types, so both paths are translated to `engine_timeout` / "
         "`engine_unavailable` in one place.",
         "",
@@ -540,6 +553,7 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
                 "",
             ]
     fast_cpu = _get(_cell(cells, "worker", "fast", 64), "proxy_cpu_us_per_event")
+    nginx_fast_cpu = _get(_cell(cells, "nginx", "fast", 64), "proxy_cpu_us_per_event")
     rate_cpu = _get(_cell(cells, "worker", _RATE, 64), "proxy_cpu_us_per_event")
     nginx_rate_cpu = _get(_cell(cells, "nginx", _RATE, 64), "proxy_cpu_us_per_event")
     heavy = max(
@@ -547,33 +561,65 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         key=lambda c: c["concurrency"],
         default=None,
     )
+    heavy_streams = _get(heavy, "concurrency")
+    heavy_direct = _cell(cells, "direct", _RATE, heavy_streams) if heavy else None
+    kept = _div(_get(heavy, "events_per_s"), _get(heavy_direct, "events_per_s"))
+    tail = _sub(_get(heavy, "itl_p99_s"), _get(heavy_direct, "itl_p99_s"))
     ceiling = _div(1e6, _get(heavy, "proxy_cpu_us_per_event"))
+    ratio = _div(fast_cpu, nginx_fast_cpu)
+
+    def self_share(key: str, frame: str) -> str:
+        rows = (profiles.get(key) or {}).get("self", [])
+        share = sum(r["share"] for r in rows if r["frame"].startswith(frame + " "))
+        return f"{share:.0%}"
+
+    if ratio is not None and ratio > 2:
+        cpu_note = (
+            f"- **CPU per event against nginx (not met, {ratio:.1f}x).** The worker's "
+            "profile above shows where it goes."
+        )
+    else:
+        cpu_note = (
+            f"- **CPU per event with a fast engine** ({_num(ratio, '{:.1f}')}x nginx's, met). "
+            "What is left is the relay's own Python per write: the structural check of every "
+            f"`data:` line (`_malformation`, {self_share('worker fast', '_malformation')} of "
+            "the worker's samples) and the `[DONE]` check. One compiled regular expression "
+            "over each batch instead of a Python loop over its lines would be the next step."
+        )
+    if kept is not None and kept < 0.95:
+        heavy_note = f"which is why {heavy_streams} streams fall behind direct"
+    else:
+        heavy_note = (
+            f"so {heavy_streams} streams still keep up with direct ({_num(kept, '{:.1%}')}), "
+            f"but its p99 inter-token latency grows (+{_ms(tail)} ms) as the core fills"
+        )
+    router_rate = _cell(cells, "router+worker", _RATE, heavy_streams) if heavy else None
+    router_kept = _div(_get(router_rate, "events_per_s"), _get(heavy_direct, "events_per_s"))
     lines += [
         "### What is left",
         "",
-        "- **CPU per event against nginx (not met).** After the fixes most of the worker's "
-        "CPU per event is httpx's HTTP/1.1 parsing of the engine's stream: h11 handles every "
-        "SSE event as its own HTTP chunk (a chunk-header regex, a `Data` event, state "
-        "transitions, then httpcore's and httpx's generators). nginx does that in C without "
-        "per-event allocations. Getting within 2x of it would take a relay that does not "
-        "parse HTTP per event in Python, e.g. a raw asyncio protocol between the engine's "
-        "socket and the client's transport for streams (httpx kept for everything else). "
-        "That changes the design (streams would no longer go through the injected "
-        "`httpx.AsyncClient` that the unit tests mock), so it is a proposal, not done here.",
+        cpu_note,
         f"- **Low per-stream rates.** At {_RATE} every event is its own read, wake-up and "
-        "write, and each request pays uvicorn + Starlette + httpx set-up: the worker spends "
-        f"{_num(rate_cpu, '{:.0f}')} µs of CPU per event at 64 streams there, against "
-        f"{_num(fast_cpu, '{:.1f}')} µs when events arrive in batches (nginx: "
-        f"{_num(nginx_rate_cpu, '{:.0f}')} µs). One core of this machine therefore relays "
-        f"about {_num(ceiling)} events/s at that rate "
-        f"(~{_num(_div(ceiling, 50))} streams of 50 tok/s), which is why "
-        f"{_get(heavy, 'concurrency')} streams fall behind direct. The worker is one asyncio "
-        "process, so more CPUs for its container do not raise this; the raw relay above "
-        "would. The same per-request cost is what the worker adds to TTFT when its core is "
-        "busy.",
-        *_itl_note(cells),
-        "- **router+worker** adds the router's own relay (uvicorn + httpx again) on the same "
-        "core; its profile is above, for the router's owner.",
+        "write, and each request pays uvicorn + Starlette set-up, the manager's lease and a "
+        f"new engine connection: the worker spends {_num(rate_cpu, '{:.0f}')} µs of CPU per "
+        f"event at 64 streams there (nginx: {_num(nginx_rate_cpu, '{:.0f}')} µs), against "
+        f"{_num(fast_cpu, '{:.1f}')} µs when events arrive in batches. Its largest self-time "
+        "entries there are the event loop itself (`Runner.run`, "
+        f"{self_share(f'worker {_RATE}', 'Runner.run')}) and uvicorn's "
+        "`RequestResponseCycle.send` "
+        f"({self_share(f'worker {_RATE}', 'RequestResponseCycle.send')}): per-write costs of "
+        "asyncio and uvicorn more than of sie-workers' own code. One core of this machine "
+        f"relays about {_num(ceiling)} events/s at that rate "
+        f"(~{_num(_div(ceiling, 50))} streams of 50 tok/s), {heavy_note}. The worker is one "
+        "asyncio process, so more CPUs for its container do not raise this; more workers "
+        "(the chart's one-GPU slots) do.",
+        "- **router+worker** adds the router's own relay (uvicorn + httpx) on the same core: "
+        f"at {heavy_streams} streams of {_RATE} it keeps {_num(router_kept, '{:.0%}')} of "
+        "direct, at "
+        f"{_num(_get(router_rate, 'proxy_cpu_us_per_event'), '{:.0f}')} µs of CPU per event "
+        "for both processes. The router still streams through httpx (its pool cost is in "
+        "its profile above); giving its streams the worker's `stream_client` path is the "
+        "next fix there.",
         "",
     ]
     return lines
