@@ -25,6 +25,7 @@ router's policy does not beat round robin on mean latency, p99 latency and model
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -35,6 +36,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import httpx
@@ -46,6 +48,10 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+if not __package__:  # run as a script (the documented command): the repository root is not
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path by itself
+from tests.support.asgi_server import serve
 
 SLOTS = 4
 LOAD_S = {"llama-8b": 30.0, "qwen-7b": 25.0, "mistral-7b": 25.0, "gemma-9b": 45.0, "phi-4": 20.0}
@@ -189,15 +195,6 @@ class SimWorker:
         self.changed = anyio.Event()
 
 
-class PortTransport(httpx.AsyncBaseTransport):
-    def __init__(self, workers: Sequence[SimWorker]) -> None:
-        self._asgi = {w.port: httpx.ASGITransport(app=w.app()) for w in workers}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        assert request.url.port is not None
-        return await self._asgi[request.url.port].handle_async_request(request)
-
-
 def round_robin() -> RoutingPolicy:
     turns = itertools.count()
 
@@ -241,16 +238,19 @@ async def run_policy(
     name: str, policy: RoutingPolicy | None, trace: list[Job], scale: float
 ) -> Result:
     models = tuple(sorted({job.model for job in trace}))
-    workers = [SimWorker(port=9500 + i, scale=scale, models=models) for i in range(SLOTS)]
-    settings = RouterSettings(
-        worker_ports=tuple(w.port for w in workers),
-        poll_interval_s=0.5 * scale,
-        poll_timeout_s=2.0,
-    )
+    workers = [SimWorker(port=0, scale=scale, models=models) for i in range(SLOTS)]
     latencies: list[float] = []
     errors = 0
-    async with httpx.AsyncClient(transport=PortTransport(workers)) as upstream:
-        app = create_router_app(settings, client=upstream, policy=policy)
+    async with contextlib.AsyncExitStack() as stack:
+        # Each simulated worker on uvicorn, as the router reaches real ones: over sockets.
+        for worker in workers:
+            worker.port = await stack.enter_async_context(serve(worker.app(), lifespan="off"))
+        settings = RouterSettings(
+            worker_ports=tuple(w.port for w in workers),
+            poll_interval_s=0.5 * scale,
+            poll_timeout_s=2.0,
+        )
+        app = create_router_app(settings, policy=policy)
         async with (
             app.router.lifespan_context(app),
             httpx.AsyncClient(

@@ -190,7 +190,7 @@ def test_killed_worker_is_routed_around(pod: Pod) -> None:
         pod.workers[slot].process.kill()
         pod.workers[slot].process.wait()
         again = _complete(client, "org/alpha")
-    assert again.status_code == 200
+    assert again.status_code == 200, (again.text, pod.log_path.read_text()[-3000:])
     assert int(again.headers["x-sie-slot"]) != slot
     ready = httpx.get(pod.url + "/readyz", timeout=5)
     assert ready.status_code == 200

@@ -111,7 +111,8 @@ async def _serve(
             return
         if not await reader.read(1):  # the client closed its end (we keep ours open)
             engine.client_closed.set()
-    except (ConnectionError, asyncio.IncompleteReadError):
+    except (ConnectionError, asyncio.IncompleteReadError, RuntimeError):
+        # RuntimeError: uvloop's answer to a write on a transport the client has closed.
         engine.client_closed.set()
     finally:
         writer.close()

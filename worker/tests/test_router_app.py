@@ -1,12 +1,13 @@
 """The router app in front of fake workers (small Starlette apps mimicking the worker API).
 
 Each fake worker owns a few devices, loads models on demand (evicting the least recently
-used unpinned one), and counts its loads. A port-dispatching transport connects the
-router's pooled client to them and can make a port refuse connections or hang.
+used unpinned one), and counts its loads. Each runs on uvicorn behind a TCP front that
+can make its port refuse connections or hang, so the router talks to them over real sockets.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from tests.support.asgi_server import TcpFront, serve
 
 from sie_worker.router import create_router_app
 from sie_worker.router_settings import RouterSettings
@@ -191,33 +193,25 @@ class FakeWorker:
         return JSONResponse({"id": request.path_params["rest"], "port": self.port})
 
 
-class PortTransport(httpx.AsyncBaseTransport):
-    """Sends each request to the fake worker on its port; ports can refuse or hang."""
-
-    def __init__(self, workers: list[FakeWorker]) -> None:
-        self.workers = {w.port: w for w in workers}
-        self._asgi = {w.port: httpx.ASGITransport(app=w.app()) for w in workers}
-        self.refused: set[int] = set()
-        self.hung: set[int] = set()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        port = request.url.port
-        assert port is not None
-        if port in self.refused:
-            raise httpx.ConnectError("connection refused", request=request)
-        if port in self.hung:
-            read = request.extensions.get("timeout", {}).get("read") or 1.0
-            await anyio.sleep(read)
-            raise httpx.ReadTimeout("timed out", request=request)
-        return await self._asgi[port].handle_async_request(request)
-
-
 @dataclass
 class Pod:
     client: httpx.AsyncClient
     app: Starlette
-    transport: PortTransport
+    fronts: list[TcpFront]
     workers: list[FakeWorker]
+
+    async def refuse(self, *slots: int) -> None:
+        """The slots' workers stop listening: connections are refused."""
+        for slot in slots:
+            await self.fronts[slot].refuse()
+
+    async def accept(self, *slots: int) -> None:
+        for slot in slots:
+            await self.fronts[slot].accept()
+
+    def hang(self, slot: int) -> None:
+        """The slot's worker keeps its connections but stops answering on any of them."""
+        self.fronts[slot].hang()
 
     async def until(self, condition: Callable[[], bool], what: str) -> None:
         """Wait (bounded) for the router's background polls to notice a change."""
@@ -241,23 +235,30 @@ class Pod:
 async def pod(
     slots: int = 4, *, devices: int = 1, api_key: str | None = None, **overrides: Any
 ) -> AsyncIterator[Pod]:
-    workers = [FakeWorker(port=9100 + i, devices=devices) for i in range(slots)]
-    transport = PortTransport(workers)
-    settings = RouterSettings(
-        worker_ports=tuple(w.port for w in workers),
-        api_key=api_key,
-        poll_interval_s=0.02,
-        poll_timeout_s=0.2,
-        **overrides,
-    )
-    async with httpx.AsyncClient(transport=transport) as upstream:
-        app = create_router_app(settings, client=upstream)
+    """``slots`` fake workers, each served by uvicorn behind a :class:`TcpFront` (which can
+    refuse or hang), and the router app in front of them, over real sockets."""
+    workers = [FakeWorker(port=0, devices=devices) for _ in range(slots)]
+    fronts: list[TcpFront] = []
+    async with contextlib.AsyncExitStack() as stack:
+        for worker in workers:
+            front = TcpFront(await stack.enter_async_context(serve(worker.app(), lifespan="off")))
+            worker.port = await front.start()
+            stack.push_async_callback(front.close)
+            fronts.append(front)
+        settings = RouterSettings(
+            worker_ports=tuple(w.port for w in workers),
+            api_key=api_key,
+            poll_interval_s=0.02,
+            poll_timeout_s=0.2,
+            **overrides,
+        )
+        app = create_router_app(settings)
         async with app.router.lifespan_context(app):
             client = httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app), base_url="http://router"
             )
             async with client:
-                yield Pod(client, app, transport, workers)
+                yield Pod(client, app, fronts, workers)
 
 
 def _sample(p: Pod, name: str) -> float | None:
@@ -387,10 +388,10 @@ async def test_oversized_body_gets_413() -> None:
 async def test_load_can_name_a_slot_by_query_or_header() -> None:
     async with pod() as p:
         r = await p.client.post("/v1/models/org/m:fast/load?slot=2")
-        assert (r.status_code, r.json()["port"]) == (200, 9102)
+        assert (r.status_code, r.json()["port"]) == (200, p.workers[2].port)
         assert p.workers[2].calls[-1][:2] == ("POST", "/v1/models/org/m:fast/load")
         r = await p.client.post("/v1/models/b/load", headers={"X-SIE-Slot": "3"})
-        assert r.json()["port"] == 9103
+        assert r.json()["port"] == p.workers[3].port
         assert "x-sie-slot" not in p.workers[3].calls[-1][2]
 
 
@@ -443,7 +444,7 @@ async def test_models_list_merges_slots_and_says_which_serves_what() -> None:
         assert (entries["b"]["state"], entries["b"]["slot"]) == ("ready", 1)
         assert [s["state"] for s in entries["b"]["slots"]] == ["unloaded", "ready", "unloaded"]
         assert entries["a"]["slot"] is None
-        assert [s["port"] for s in body["slots"]] == [9100, 9101, 9102]
+        assert [s["port"] for s in body["slots"]] == [w.port for w in p.workers]
         one = await p.client.get("/v1/models/b")
         assert one.json()["slot"] == 1
         missing = await p.client.get("/v1/models/zzz")
@@ -478,12 +479,12 @@ async def test_config_writes_go_to_every_answering_slot() -> None:
 async def test_refusing_slot_leaves_rotation_and_requests_go_elsewhere() -> None:
     async with pod(slots=2) as p:
         await p.until(lambda: p.slot_up(1), "poll")
-        p.transport.refused.add(9100)
+        await p.refuse(0)
         r = await _complete(p.client, "a")
         assert (r.status_code, r.headers["x-sie-slot"]) == (200, "1")
         assert not p.slot_up(0)
         assert await p.metric('sie_router_slot_up{slot="0"}') == 0
-        p.transport.refused.clear()
+        await p.accept(0)
         await p.until(lambda: p.slot_up(0), "slot 0 back after polls succeed")
         assert await p.metric('sie_router_slot_up{slot="0"}') == 1
 
@@ -499,7 +500,7 @@ async def test_request_in_flight_on_a_slot_that_stops_answering_fails_with_502()
 
             tg.start_soon(send)
             await p.until(lambda: p.workers[0].inflight["a"] == 1, "request reached the slot")
-            p.transport.hung.add(9100)
+            p.hang(0)
         assert result[0].status_code == 502
         assert result[0].json()["error"]["code"] == "engine_unavailable"
         assert not p.slot_up(0)
@@ -507,7 +508,7 @@ async def test_request_in_flight_on_a_slot_that_stops_answering_fails_with_502()
 
 async def test_no_answering_slot_gives_engine_unavailable() -> None:
     async with pod(slots=2) as p:
-        p.transport.refused.update({9100, 9101})
+        await p.refuse(0, 1)
         await p.until(lambda: not p.slot_up(0) and not p.slot_up(1), "both down")
         r = await _complete(p.client, "a")
         assert r.status_code == 502
@@ -522,7 +523,7 @@ async def test_no_answering_slot_gives_engine_unavailable() -> None:
 
 async def test_readyz_is_200_once_a_slot_is_ready() -> None:
     async with pod(slots=2) as p:
-        p.transport.refused.add(9101)
+        await p.refuse(1)
         await p.until(lambda: p.slot_up(0), "poll")
         r = await p.client.get("/readyz")
         assert r.status_code == 200

@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 import anyio
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from tests.support.asgi_server import serve
 
 from sie_worker.router import create_router_app
 from sie_worker.router_settings import RouterSettings
@@ -96,26 +95,8 @@ class StreamingWorker:
 
 
 @asynccontextmanager
-async def serve(app: ASGIApp) -> AsyncIterator[int]:
-    """Run ``app`` with uvicorn on an ephemeral 127.0.0.1 port in this event loop."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", ws="none")
-    server = uvicorn.Server(config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(10):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no started event
-                await anyio.sleep(0.01)
-        port: int = server.servers[0].sockets[0].getsockname()[1]
-        try:
-            yield port
-        finally:
-            server.should_exit = True
-            server.force_exit = True
-
-
-@asynccontextmanager
 async def router_before(worker: StreamingWorker) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(worker.app()) as worker_port:
+    async with serve(worker.app(), lifespan="off") as worker_port:
         settings = RouterSettings(
             worker_ports=(worker_port,), poll_interval_s=0.05, poll_timeout_s=0.3
         )

@@ -114,7 +114,7 @@ async def _forward_stream(
             upstream = await open_stream(
                 lease.base_url + path,
                 body,
-                upstream_headers,
+                upstream_headers.items(),
                 connect_timeout_s=_CONNECT_TIMEOUT_S,
                 read_timeout_s=lease.read_timeout_s,
                 high_water=_PUMP_HIGH_WATER,

@@ -223,7 +223,7 @@ class _Router:
     # -- helpers -------------------------------------------------------------------------
 
     def _relay(self, upstream: Upstream, route: _Pick) -> Response:
-        return RelayResponse(self.table, self.client, upstream, route)
+        return RelayResponse(self.table, upstream, route)
 
     def _by_policy(self, model: str) -> _Pick:
         async def route(exclude: frozenset[int]) -> Decision:

@@ -1,5 +1,10 @@
 """Relay one request to the slot the policy picks, streaming the answer without buffering.
 
+Each relayed request gets its own connection to the slot (``sie_worker.stream_client``,
+parsed by httptools), closed once the answer is complete: httpx's pool bookkeeping and
+per-chunk parsing were most of the router's CPU with many streams (``docs/benchmarks.md``).
+Calls fanned out to several slots (:func:`fan_out`) keep using httpx.
+
 The whole exchange runs inside a cancel scope that two things may cancel: the client going
 away (the upstream request is closed, so the engine stops working for nobody) and the slot
 leaving rotation (the request fails with ``engine_unavailable`` instead of hanging). A
@@ -25,6 +30,7 @@ from sie_worker.errors import EngineTimeout, EngineUnavailable, SieError
 from sie_worker.router_policy import Decision
 from sie_worker.router_settings import RouterSettings
 from sie_worker.router_state import SlotTable
+from sie_worker.stream_client import StreamResponse, open_stream
 
 __all__ = [
     "HOP_BY_HOP",
@@ -56,6 +62,9 @@ HOP_BY_HOP = frozenset(
 _SET_BY_SERVER = frozenset({"date", "server"})
 
 Route = Callable[[frozenset[int]], Awaitable[Decision]]
+# Unsent bytes held per relayed answer: past this, reading from the slot pauses until the
+# client has taken them, so a slow client slows its slot's stream instead of growing memory.
+_HIGH_WATER = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,6 @@ class RelayResponse(Response):
     def __init__(
         self,
         table: SlotTable,
-        client: httpx.AsyncClient,
         upstream: Upstream,
         route: Route,
         *,
@@ -106,7 +114,6 @@ class RelayResponse(Response):
     ) -> None:
         super().__init__(status_code=200)
         self._table = table
-        self._client = client
         self._upstream = upstream
         self._route = route
         self._arrived = time.monotonic() if arrived is None else arrived
@@ -176,12 +183,20 @@ class RelayResponse(Response):
             scope.cancel()
 
         state.aborts.add(abort)
-        response: httpx.Response | None = None
+        response: StreamResponse | None = None
+        upstream, settings = self._upstream, table.settings
         try:
-            request = _build_request(self._client, table.settings, self._upstream, state.url)
             try:
                 with _translate(slot, state.url):
-                    response = await self._client.send(request, stream=True)
+                    response = await open_stream(
+                        state.url + upstream.target,
+                        upstream.body,
+                        upstream.headers,
+                        method=upstream.method,
+                        connect_timeout_s=settings.connect_timeout_s,
+                        read_timeout_s=settings.read_timeout_s,
+                        high_water=_HIGH_WATER,
+                    )
             except _Refused as exc:
                 state.aborts.discard(abort)
                 table.mark_down(slot, str(exc))
@@ -189,32 +204,35 @@ class RelayResponse(Response):
             finally:
                 if queued:
                     table.metrics.queued.dec()
-            outcome.status = response.status_code
-            outcome.sse = response.headers.get("content-type", "").startswith("text/event-stream")
+            outcome.status = response.status
+            content_type = next((v for k, v in response.headers if k == "content-type"), "")
+            outcome.sse = content_type.startswith("text/event-stream")
             headers = [
                 (k.encode("latin-1"), v.encode("latin-1"))
-                for k, v in response.headers.multi_items()
-                if (k.lower() not in HOP_BY_HOP or k.lower() == "content-length")
-                and k.lower() not in _SET_BY_SERVER
+                for k, v in response.headers
+                if (k not in HOP_BY_HOP or k == "content-length") and k not in _SET_BY_SERVER
             ]
             headers.append((b"x-sie-slot", str(slot).encode()))
             headers.append((b"x-sie-route-reason", decision.reason.encode()))
-            await send(
-                {"type": "http.response.start", "status": response.status_code, "headers": headers}
-            )
+            start = {"type": "http.response.start", "status": response.status, "headers": headers}
+            await send(start)
             outcome.started = True
-            table.metrics.requests.labels(slot=str(slot), status=str(response.status_code)).inc()
+            table.metrics.requests.labels(slot=str(slot), status=str(response.status)).inc()
             with _translate(slot, state.url):
-                async for chunk in response.aiter_raw():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                while not response.drained:
+                    # Everything that arrived since the last write leaves in one write.
+                    chunk = await response.take()
+                    if chunk:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if response.error is not None:
+                    raise response.error
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except SieError as exc:
             outcome.error = exc
         finally:
             state.aborts.discard(abort)
             if response is not None:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
+                response.close()
             table.finished(
                 slot,
                 model,

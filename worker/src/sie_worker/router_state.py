@@ -246,12 +246,27 @@ async def poll_slot(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
 ) -> tuple[dict[str, ModelView], tuple[tuple[str, str | None], ...], bool]:
     """One poll of one worker: its models, its devices and whether it is ready."""
-    answers = await asyncio.gather(
-        client.get(f"{url}/v1/models", headers=headers, timeout=timeout_s),
-        client.get(f"{url}/v1/devices", headers=headers, timeout=timeout_s),
-        client.get(f"{url}/readyz", timeout=timeout_s),
-        return_exceptions=True,
+    paths: tuple[tuple[str, dict[str, str]], ...] = (
+        ("/v1/models", headers),
+        ("/v1/devices", headers),
+        ("/readyz", {}),
     )
+    answers: list[httpx.Response | Exception] = [RuntimeError("not polled")] * len(paths)
+
+    async def get(index: int) -> None:
+        path, path_headers = paths[index]
+        try:
+            answers[index] = await client.get(
+                f"{url}{path}", headers=path_headers, timeout=timeout_s
+            )
+        except Exception as exc:  # reported below, after all three have ended
+            answers[index] = exc
+
+    # A task group, not asyncio.gather: cancelling the poller (router shutdown) then waits
+    # for all three requests to end instead of leaving a connect attempt behind.
+    async with anyio.create_task_group() as tg:
+        for index in range(len(paths)):
+            tg.start_soon(get, index)
     for answer in answers:
         if isinstance(answer, httpx.ConnectError):
             raise PollError(f"connection refused at {url}: {answer}", refused=True) from answer

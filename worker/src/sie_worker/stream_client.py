@@ -15,7 +15,7 @@ clients' failures in one place.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -25,6 +25,10 @@ import httpx
 __all__ = ["StreamResponse", "open_stream"]
 
 _MAX_HEAD_BYTES = 64 * 1024
+
+
+def _never(chunk: bytes, previous: bytes) -> bool:
+    return False
 
 
 class StreamResponse(asyncio.Protocol):
@@ -37,6 +41,8 @@ class StreamResponse(asyncio.Protocol):
         read_timeout_s: float | None,
         high_water: int,
         stop_after: Callable[[bytes, bytes], bool],
+        *,
+        head_only: bool = False,
     ) -> None:
         self.status = 0
         self.headers: list[tuple[str, str]] = []
@@ -45,6 +51,7 @@ class StreamResponse(asyncio.Protocol):
         self._read_timeout_s = read_timeout_s
         self._high_water = high_water
         self._stop_after = stop_after
+        self._head_only = head_only  # the answer to HEAD has no body, whatever it says
         self._parser = httptools.HttpResponseParser(self)
         self._loop = asyncio.get_running_loop()
         self._head: asyncio.Future[None] = self._loop.create_future()
@@ -117,6 +124,8 @@ class StreamResponse(asyncio.Protocol):
         self.status = self._parser.get_status_code()
         if not self._head.done():
             self._head.set_result(None)
+        if self._head_only:
+            self._end()
 
     def on_body(self, body: bytes) -> None:
         if self.finished:
@@ -224,15 +233,18 @@ class StreamResponse(asyncio.Protocol):
 async def open_stream(
     url: str,
     body: bytes,
-    headers: Mapping[str, str],
+    headers: Iterable[tuple[str, str]],
     *,
+    method: str = "POST",
     connect_timeout_s: float,
     read_timeout_s: float | None,
     high_water: int,
-    stop_after: Callable[[bytes, bytes], bool],
+    stop_after: Callable[[bytes, bytes], bool] = _never,
 ) -> StreamResponse:
-    """POST ``body`` to ``url`` (``http://host:port/path``) on a new connection and return
-    once the response head has arrived (within ``read_timeout_s`` of connecting)."""
+    """Send ``method`` with ``body`` to ``url`` (``http://host:port/path?query``) on a new
+    connection and return once the response head has arrived (within ``read_timeout_s`` of
+    connecting). ``headers`` must not carry Host, Content-Length or other hop-by-hop
+    headers: this client writes its own."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise httpx.UnsupportedProtocol(f"only http:// URLs are streamed, got {url!r}")
@@ -240,7 +252,7 @@ async def open_stream(
     loop = asyncio.get_running_loop()
 
     def protocol() -> StreamResponse:
-        return StreamResponse(read_timeout_s, high_water, stop_after)
+        return StreamResponse(read_timeout_s, high_water, stop_after, head_only=method == "HEAD")
 
     try:
         async with asyncio.timeout(connect_timeout_s):
@@ -252,12 +264,13 @@ async def open_stream(
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
-    lines = [f"POST {target} HTTP/1.1", f"Host: {parts.netloc}"]
-    for name, value in headers.items():
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}"]
+    for name, value in headers:
         if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
             continue  # never let a header value split the request
         lines.append(f"{name}: {value}")
-    lines.append(f"Content-Length: {len(body)}")
+    if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+        lines.append(f"Content-Length: {len(body)}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
     response.send(head + body)
     try:
