@@ -499,11 +499,12 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         "httpx's exception types, so both paths are translated to `engine_timeout` / "
         "`engine_unavailable` in one place.",
         "",
-        "The router shows the same pool cost on its hop to the worker: "
-        f"{focus(f'router+worker {_RATE}', pool)} of the router's samples at 50 tok/s "
-        f"({profiled(f'router+worker {_RATE}')} streams) are in "
-        f"`{pool}` (profile below); its relay still goes through httpx, for any method and "
-        "path; moving its streams to `stream_client` would remove that cost too.",
+        "The router (`sie-worker route`) relays to its worker through the same client "
+        "(`router_relay`): a connection per relayed request, closed once the answer is "
+        "complete, parsed by httptools, and everything that arrived since the last write "
+        "sent in one write. Its pool bookkeeping "
+        f"(`{pool}`) is {focus(f'router+worker {_RATE}', pool)} of the router's samples "
+        f"at 50 tok/s ({profiled(f'router+worker {_RATE}')} streams; profile below).",
         "",
     ]
     if "worker@baseline" in paths:
@@ -613,13 +614,12 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         f"(~{_num(_div(ceiling, 50))} streams of 50 tok/s), {heavy_note}. The worker is one "
         "asyncio process, so more CPUs for its container do not raise this; more workers "
         "(the chart's one-GPU slots) do.",
-        "- **router+worker** adds the router's own relay (uvicorn + httpx) on the same core: "
-        f"at {heavy_streams} streams of {_RATE} it keeps {_num(router_kept, '{:.0%}')} of "
-        "direct, at "
+        "- **router+worker** adds a second process on the same core (uvicorn, Starlette "
+        f"and the relay again): at {heavy_streams} streams of {_RATE} the pair keeps "
+        f"{_num(router_kept, '{:.0%}')} of direct, at "
         f"{_num(_get(router_rate, 'proxy_cpu_us_per_event'), '{:.0f}')} µs of CPU per event "
-        "for both processes. The router still streams through httpx (its pool cost is in "
-        "its profile above); giving its streams the worker's `stream_client` path is the "
-        "next fix there.",
+        "for both processes; the router's profile is above. In a pod the router has its own "
+        "container and CPU request, so it does not share the worker's core.",
         "",
     ]
     return lines

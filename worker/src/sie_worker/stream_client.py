@@ -5,7 +5,8 @@ one h11 event per chunk, and an engine sends every server-sent event as its own 
 most of the worker's CPU per relayed event went there. This client does only what a stream
 needs: connect, send one request, parse the answer's head and body with httptools (already
 installed for uvicorn), buffer the body until the relay takes it, and stop reading early
-when told to. Everything else (non-stream requests, health polls) stays on httpx.
+when told to. The worker uses it for streams to its engines, the slot router for every
+request it relays to a worker; JSON requests to engines and all polls stay on httpx.
 
 Failures are raised as httpx's exception types (``ConnectError``, ``ConnectTimeout``,
 ``ReadTimeout``, ``ReadError``, ``RemoteProtocolError``) so that callers translate both
