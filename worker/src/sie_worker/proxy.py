@@ -37,7 +37,7 @@ _log = logging.getLogger("sie_worker.proxy")
 _FORWARDED_HEADERS = ("content-type", "accept", "x-request-id")
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 _MAX_SSE_EVENT_BYTES = 8 * 1024 * 1024
-_PUMP_HIGH_WATER = 1024 * 1024
+_STREAM_HIGH_WATER = 1024 * 1024
 _DONE_EVENT = b"data: [DONE]\n\n"  # the last event of an OpenAI stream
 _CONNECT_TIMEOUT_S = 5.0
 _WRITE_TIMEOUT_S = 60.0
@@ -117,7 +117,7 @@ async def _forward_stream(
                 upstream_headers.items(),
                 connect_timeout_s=_CONNECT_TIMEOUT_S,
                 read_timeout_s=lease.read_timeout_s,
-                high_water=_PUMP_HIGH_WATER,
+                high_water=_STREAM_HIGH_WATER,
                 stop_after=_ends_with_done,
             )
     except SieError as error:
@@ -241,11 +241,10 @@ async def _relay_events(upstream: StreamResponse, lease: Lease) -> AsyncIterator
     Everything that arrived since the last write leaves in one write: a write costs about
     the same for one event as for a hundred."""
     pending = b""
-    pump = upstream
     try:
         with _translate(lease):
             while True:
-                pending += await pump.take()
+                pending += await upstream.take()
                 cut = pending.rfind(b"\n\n")
                 if cut < 0:
                     if len(pending) > _MAX_SSE_EVENT_BYTES:
@@ -258,9 +257,9 @@ async def _relay_events(upstream: StreamResponse, lease: Lease) -> AsyncIterator
                         yield _malformed(lease, problem)
                         return
                     yield events
-                if pump.drained:
-                    if pump.error is not None:
-                        raise pump.error
+                if upstream.drained:
+                    if upstream.error is not None:
+                        raise upstream.error
                     break
         if pending.strip():
             yield _malformed(lease, "a truncated event")
