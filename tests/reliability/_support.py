@@ -33,7 +33,13 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.support.worker_fixtures import WorkerProcess, free_port, wait_until, write_config
+from tests.support.worker_fixtures import (
+    WorkerProcess,
+    free_port,
+    wait_healthy,
+    wait_until,
+    write_config,
+)
 
 __all__ = [
     "EngineBook",
@@ -187,7 +193,7 @@ class Launcher:
         worker = Worker(process, port, directory, log_path, api_key, book=book)
         self.workers.append(worker)
         if wait:
-            wait_healthy(worker)
+            wait_healthy(worker, timeout=60.0)
         return worker
 
     def close(self) -> list[int]:
@@ -202,20 +208,6 @@ class Launcher:
             with contextlib.suppress(psutil.NoSuchProcess):
                 psutil.Process(pid).kill()
         return leftovers
-
-
-def wait_healthy(worker: WorkerProcess, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if worker.process.poll() is not None:
-            raise AssertionError(
-                f"worker exited with {worker.process.returncode}:\n{worker.logs()}"
-            )
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(worker.url + "/healthz", timeout=2.0).status_code == 200:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"worker not healthy within {timeout}s:\n{worker.logs()}")
 
 
 # --- requests ---------------------------------------------------------------------------

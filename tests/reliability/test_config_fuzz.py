@@ -15,7 +15,6 @@ rules. Added here:
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +28,7 @@ from sie_worker.configstore import parse_body
 from sie_worker.errors import InvalidConfig, Problem
 
 from tests.reliability._support import Launcher, Worker, assert_clean
+from tests.support.config_strategies import json_values, mutated
 from tests.support.worker_fixtures import fake_model
 
 _leaf = st.one_of(
@@ -39,65 +39,16 @@ _leaf = st.one_of(
     st.text(max_size=12),
     st.sampled_from(["--tp=2", "--port", "CUDA_VISIBLE_DEVICES", "default", "..", "/x", "\x00"]),
 )
-_json = st.recursive(
-    _leaf,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=10), inner, max_size=3)
-    ),
-    max_leaves=12,
-)
-_keys = st.sampled_from(
-    [
-        "sie_id",
-        "hf_id",
-        "tasks",
-        "profiles",
-        "default",
-        "fast",
-        "extends",
-        "adapter_options",
-        "loadtime",
-        "runtime",
-        "tensor_parallel_size",
-        "extra_launch_args",
-        "extra_env",
-        "adapter_path",
-        "grammar_profile",
-        "generate",
-        "encode",
-    ]
-)
+_json = json_values(_leaf, max_size=3, max_leaves=12)
 
 
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(doc, list):
-        for index, value in enumerate(doc):
-            found += _paths(value, (*prefix, index))
-    return found
+def _valid() -> dict[str, Any]:
+    return fake_model("org/fuzz", profiles={"fast": {"extends": "default"}})
 
 
-@st.composite
-def _documents(draw: st.DrawFn) -> Any:
+def _documents() -> st.SearchStrategy[Any]:
     """A valid config with up to three random changes: replaced values or new keys."""
-    doc: Any = copy.deepcopy(fake_model("org/fuzz", profiles={"fast": {"extends": "default"}}))
-    for _ in range(draw(st.integers(min_value=0, max_value=3))):
-        path = draw(st.sampled_from(_paths(doc)))
-        value = draw(_json)
-        if not path:
-            doc = value
-            continue
-        parent = doc
-        for part in path[:-1]:
-            parent = parent[part]
-        if isinstance(parent, dict) and draw(st.booleans()):
-            parent[draw(_keys)] = value
-        else:
-            parent[path[-1]] = value
-    return doc
+    return mutated(_valid, _json, min_changes=0, max_changes=3)
 
 
 def _verdict(read: Callable[[], ModelConfig]) -> tuple[str, ...]:

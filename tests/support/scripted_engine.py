@@ -21,8 +21,17 @@ import re
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["DROP", "HANG", "EngineRequest", "Reply", "ScriptedEngine", "scripted_engine"]
+__all__ = [
+    "DROP",
+    "HANG",
+    "EngineRequest",
+    "Reply",
+    "ScriptedEngine",
+    "answer_with",
+    "scripted_engine",
+]
 
 HANG = object()
 DROP = object()
@@ -46,6 +55,20 @@ class Reply:
 
 
 Script = Callable[[EngineRequest], Reply]
+
+
+def answer_with(*items: object, **fields: Any) -> Script:
+    """A script answering every request with a body of ``items`` (and :class:`Reply`'s
+    other ``fields``)."""
+
+    def script(request: EngineRequest) -> Reply:
+        async def body() -> AsyncIterator[object]:
+            for item in items:
+                yield item
+
+        return Reply(body=body(), **fields)
+
+    return script
 
 
 @dataclass

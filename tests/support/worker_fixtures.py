@@ -30,6 +30,7 @@ __all__ = [
     "fake_model",
     "free_port",
     "start_worker",
+    "wait_healthy",
     "wait_until",
     "write_config",
 ]
@@ -232,7 +233,7 @@ def start_worker(
         worker = WorkerProcess(process, port, directory, log_path, api_key)
         workers.append(worker)
         if wait:
-            _wait_healthy(worker)
+            wait_healthy(worker)
         return worker
 
     yield start
@@ -248,7 +249,8 @@ def start_worker(
     assert not leftovers, f"engine processes outlived their worker: {[p.pid for p in leftovers]}"
 
 
-def _wait_healthy(worker: WorkerProcess, timeout: float = 30.0) -> None:
+def wait_healthy(worker: WorkerProcess, timeout: float = 30.0) -> None:
+    """Wait until the worker answers /healthz; fail with its log if it exits or times out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if worker.process.poll() is not None:

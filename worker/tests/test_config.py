@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.config_strategies import CONFIG_KEYS, json_values, mutated
 
 from sie_worker.config import (
     ModelConfig,
@@ -564,46 +565,13 @@ _json_leaf = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=20),
 )
-_json = st.recursive(
-    _json_leaf,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4),
-        st.dictionaries(st.text(max_size=12), inner, max_size=4),
-    ),
-    max_leaves=20,
-)
-_keys = st.sampled_from(
-    [
-        "sie_id",
-        "hf_id",
-        "tasks",
-        "profiles",
-        "default",
-        "adapter_options",
-        "loadtime",
-        "extends",
-        "extra_launch_args",
-        "extra_env",
-        "tensor_parallel_size",
-        "grammar_profile",
-        "generate",
-        "encode",
-        "model_path",
-        "adapter_path",
-        "compute_precision",
-    ]
-)
+_json = json_values(_json_leaf, max_size=4, max_leaves=20)
 
 
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(doc, list):
-        for index, value in enumerate(doc):
-            found += _paths(value, (*prefix, index))
-    return found
+def _seed_with_fast_profile() -> dict[str, Any]:
+    doc = seed_example()
+    doc["profiles"]["fast"] = {"extends": "default", "extra_launch_args": ["--x"]}
+    return doc
 
 
 def _assert_valid_or_refused_with_paths(doc: object) -> None:
@@ -620,25 +588,8 @@ def test_any_json_value_is_accepted_or_refused_with_paths(doc: object) -> None:
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_any_mutation_of_a_valid_config_is_accepted_or_refused_with_paths(
-    data: st.DataObject,
-) -> None:
-    doc: Any = seed_example()
-    doc["profiles"]["fast"] = {"extends": "default", "extra_launch_args": ["--x"]}
-    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
-        path = data.draw(st.sampled_from(_paths(doc)))
-        value = data.draw(_json)
-        if not path:
-            doc = value
-            continue
-        parent = doc
-        for part in path[:-1]:
-            parent = parent[part]
-        if isinstance(parent, dict) and data.draw(st.booleans()):
-            parent[data.draw(_keys)] = value
-        else:
-            parent[path[-1]] = value
+@given(doc=mutated(_seed_with_fast_profile, _json, min_changes=1, max_changes=3))
+def test_any_mutation_of_a_valid_config_is_accepted_or_refused_with_paths(doc: Any) -> None:
     _assert_valid_or_refused_with_paths(doc)
 
 
@@ -654,7 +605,7 @@ def test_any_text_is_accepted_or_refused_with_paths(text: str | bytes) -> None:
     lines=st.lists(
         st.tuples(
             st.integers(0, 3),
-            _keys,
+            CONFIG_KEYS,
             st.sampled_from(
                 ["", " 2", " [--tp=2]", " {}", " &a", " *a", " !!set {}", " 1e999", " -"]
             ),

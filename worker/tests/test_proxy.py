@@ -5,58 +5,22 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from tests.support.scripted_engine import DROP, HANG, EngineRequest, Reply, scripted_engine
+from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
+from tests.support.scripted_engine import DROP, HANG, answer_with, scripted_engine
 
-from sie_worker.errors import SieError
-from sie_worker.proxy import Lease, forward
-
-Handler = Callable[[httpx.Request], httpx.Response]
+pytestmark = EVERY_LOOP
 
 
-@pytest.fixture(params=[{"use_uvloop": False}, {"use_uvloop": True}], ids=["asyncio", "uvloop"])
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
-    # The worker serves on uvloop (uvicorn picks it): its transports are not asyncio's.
-    return "asyncio", request.param
-
-
-class _Releases:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self) -> None:
-        self.count += 1
-
-
-def _app(handler: Handler, releases: _Releases, read_timeout: float | None = 5.0) -> Starlette:
-    engine = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-
-    async def endpoint(request: Request) -> Response:
-        body = await request.body()
-        lease = Lease("org/m", "http://engine", read_timeout, releases)
-        try:
-            return await forward(
-                engine,
-                lease,
-                "/v1/completions",
-                body,
-                request.headers,
-                stream=json.loads(body).get("stream") is True,
-                request_id="rid-1",
-            )
-        except SieError as error:
-            return JSONResponse(error.body(), status_code=error.status)
-
-    return Starlette(routes=[Route("/v1/completions", endpoint, methods=["POST"])])
+def _mocked(handler: Callable[[httpx.Request], httpx.Response], releases: Releases) -> Starlette:
+    """The proxy in front of a mock engine (JSON answers)."""
+    return proxy_app("http://engine", releases, transport=httpx.MockTransport(handler))
 
 
 async def _post(app: Starlette, stream: bool = False) -> httpx.Response:
@@ -77,8 +41,8 @@ async def test_json_answer_is_relayed_with_the_request_id() -> None:
         seen["auth"] = request.headers.get("authorization", "")
         return httpx.Response(200, json={"choices": [{"text": "hi"}]})
 
-    releases = _Releases()
-    response = await _post(_app(handler, releases))
+    releases = Releases()
+    response = await _post(_mocked(handler, releases))
     assert response.status_code == 200
     assert response.json() == {"choices": [{"text": "hi"}]}
     assert response.headers["x-request-id"] == "rid-1"
@@ -105,8 +69,8 @@ async def test_engine_errors_become_design_errors(
             return httpx.Response(status, content=body)
         return httpx.Response(status, json=body)
 
-    releases = _Releases()
-    response = await _post(_app(handler, releases))
+    releases = Releases()
+    response = await _post(_mocked(handler, releases))
     assert response.status_code == expected_status
     assert response.json()["error"]["code"] == code
     assert response.json()["error"]["message"].startswith("org/m: ")
@@ -115,8 +79,9 @@ async def test_engine_errors_become_design_errors(
 
 @pytest.mark.anyio
 async def test_malformed_json_from_the_engine_is_a_clean_502() -> None:
-    releases = _Releases()
-    response = await _post(_app(lambda r: httpx.Response(200, content=b"{not json"), releases))
+    releases = Releases()
+    not_json = _mocked(lambda r: httpx.Response(200, content=b"{not json"), releases)
+    response = await _post(not_json)
     assert response.status_code == 502
     assert "not JSON" in response.json()["error"]["message"]
     assert releases.count == 1
@@ -138,42 +103,11 @@ async def test_transport_failures_are_translated(
     def handler(request: httpx.Request) -> httpx.Response:
         raise exception
 
-    releases = _Releases()
-    response = await _post(_app(handler, releases))
+    releases = Releases()
+    response = await _post(_mocked(handler, releases))
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
     assert releases.count == 1
-
-
-def _stream_app(base_url: str, releases: _Releases, read_timeout: float | None = 5.0) -> Starlette:
-    """Streams go over their own connection: to a scripted engine on a real socket."""
-
-    async def endpoint(request: Request) -> Response:
-        body = await request.body()
-        lease = Lease("org/m", base_url, read_timeout, releases)
-        try:
-            async with httpx.AsyncClient() as unused_for_streams:
-                return await forward(
-                    unused_for_streams,
-                    lease,
-                    "/v1/completions",
-                    body,
-                    request.headers,
-                    stream=True,
-                    request_id="rid-1",
-                )
-        except SieError as error:
-            return JSONResponse(error.body(), status_code=error.status)
-
-    return Starlette(routes=[Route("/v1/completions", endpoint, methods=["POST"])])
-
-
-def _script(*items: object, **reply: Any) -> Callable[[EngineRequest], Reply]:
-    async def body() -> AsyncIterator[object]:
-        for item in items:
-            yield item
-
-    return lambda request: Reply(body=body(), **reply)
 
 
 def _error_event(text: str) -> dict[str, Any]:
@@ -184,10 +118,10 @@ def _error_event(text: str) -> dict[str, Any]:
 
 @pytest.mark.anyio
 async def test_stream_relays_whole_events_even_when_split_across_chunks() -> None:
-    script = _script(b'data: {"a"', b': 1}\n\ndata: {"b": 2}\n', b"\ndata: [DONE]\n\n")
-    releases = _Releases()
+    script = answer_with(b'data: {"a"', b': 1}\n\ndata: {"b": 2}\n', b"\ndata: [DONE]\n\n")
+    releases = Releases()
     async with scripted_engine(script) as engine:
-        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+        response = await _post(proxy_app(engine.base_url, releases), stream=True)
         assert engine.requests[0].headers["x-request-id"] == "rid-1"
         assert json.loads(engine.requests[0].body)["stream"] is True
     assert response.status_code == 200
@@ -200,18 +134,18 @@ async def test_stream_relays_whole_events_even_when_split_across_chunks() -> Non
 @pytest.mark.anyio
 async def test_a_body_that_ends_with_the_connection_is_relayed_whole() -> None:
     events = b'data: {"a": 1}\n\ndata: [DONE]\n\n'
-    releases = _Releases()
-    async with scripted_engine(_script(events[:9], events[9:], chunked=False)) as engine:
-        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+    releases = Releases()
+    async with scripted_engine(answer_with(events[:9], events[9:], chunked=False)) as engine:
+        response = await _post(proxy_app(engine.base_url, releases), stream=True)
     assert response.text == events.decode()
     assert releases.count == 1
 
 
 @pytest.mark.anyio
 async def test_read_cap_mid_stream_ends_with_one_error_event_at_an_event_boundary() -> None:
-    releases = _Releases()
-    async with scripted_engine(_script(b'data: {"n": 1}\n\ndata: {"partial', HANG)) as engine:
-        app = _stream_app(engine.base_url, releases, read_timeout=0.3)
+    releases = Releases()
+    async with scripted_engine(answer_with(b'data: {"n": 1}\n\ndata: {"partial', HANG)) as engine:
+        app = proxy_app(engine.base_url, releases, read_timeout=0.3)
         with anyio.fail_after(10):
             response = await _post(app, stream=True)
             await engine.client_closed.wait()  # the stalled connection was closed
@@ -225,9 +159,9 @@ async def test_read_cap_mid_stream_ends_with_one_error_event_at_an_event_boundar
 
 @pytest.mark.anyio
 async def test_no_answer_within_the_read_cap_is_a_504_before_the_stream_starts() -> None:
-    releases = _Releases()
-    async with scripted_engine(_script(HANG, head=b"")) as engine:
-        app = _stream_app(engine.base_url, releases, read_timeout=0.3)
+    releases = Releases()
+    async with scripted_engine(answer_with(HANG, head=b"")) as engine:
+        app = proxy_app(engine.base_url, releases, read_timeout=0.3)
         with anyio.fail_after(10):
             response = await _post(app, stream=True)
     assert response.status_code == 504
@@ -237,9 +171,9 @@ async def test_no_answer_within_the_read_cap_is_a_504_before_the_stream_starts()
 
 @pytest.mark.anyio
 async def test_an_engine_that_drops_the_connection_mid_stream_ends_it_with_an_error_event() -> None:
-    releases = _Releases()
-    async with scripted_engine(_script(b'data: {"n": 1}\n\n', DROP)) as engine:
-        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+    releases = Releases()
+    async with scripted_engine(answer_with(b'data: {"n": 1}\n\n', DROP)) as engine:
+        response = await _post(proxy_app(engine.base_url, releases), stream=True)
     assert response.text.startswith('data: {"n": 1}\n\n')
     error = _error_event(response.text)
     assert error["code"] == "engine_unavailable"
@@ -258,10 +192,10 @@ async def test_an_engine_that_drops_the_connection_mid_stream_ends_it_with_an_er
 async def test_a_stream_the_engine_refuses_gets_the_engines_error(
     status: int, body: bytes, expected_status: int, code: str
 ) -> None:
-    releases = _Releases()
-    script = _script(body, status=status, headers={"content-type": "application/json"})
+    releases = Releases()
+    script = answer_with(body, status=status, headers={"content-type": "application/json"})
     async with scripted_engine(script) as engine:
-        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+        response = await _post(proxy_app(engine.base_url, releases), stream=True)
     assert response.status_code == expected_status
     assert response.json()["error"]["code"] == code
     assert response.json()["error"]["message"].startswith("org/m: ")
@@ -275,10 +209,10 @@ async def test_a_stream_the_engine_refuses_gets_the_engines_error(
 )
 @pytest.mark.anyio
 async def test_an_answer_that_is_not_http_is_a_clean_502(head: bytes) -> None:
-    releases = _Releases()
-    async with scripted_engine(_script(HANG, head=head)) as engine:
+    releases = Releases()
+    async with scripted_engine(answer_with(HANG, head=head)) as engine:
         with anyio.fail_after(10):
-            response = await _post(_stream_app(engine.base_url, releases), stream=True)
+            response = await _post(proxy_app(engine.base_url, releases), stream=True)
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "engine_unavailable"
     assert releases.count == 1
@@ -289,8 +223,8 @@ async def test_a_stream_to_an_engine_that_is_not_listening_is_a_502() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # bound, never listening: connections are refused
-        releases = _Releases()
-        response = await _post(_stream_app(f"http://127.0.0.1:{port}", releases), stream=True)
+        releases = Releases()
+        response = await _post(proxy_app(f"http://127.0.0.1:{port}", releases), stream=True)
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "engine_unavailable"
     assert releases.count == 1
@@ -308,9 +242,9 @@ async def test_a_stream_to_an_engine_that_is_not_listening_is_a_502() -> None:
 async def test_malformed_streams_end_with_an_error_event(
     chunks: tuple[bytes, ...], what: str
 ) -> None:
-    releases = _Releases()
-    async with scripted_engine(_script(*chunks)) as engine:
-        response = await _post(_stream_app(engine.base_url, releases), stream=True)
+    releases = Releases()
+    async with scripted_engine(answer_with(*chunks)) as engine:
+        response = await _post(proxy_app(engine.base_url, releases), stream=True)
     error = _error_event(response.text)
     assert error["code"] == "engine_unavailable"
     assert what in error["message"]

@@ -12,50 +12,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
-import httpx
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
 from tests.support.scripted_engine import EngineRequest, Reply, scripted_engine
-
-from sie_worker.proxy import Lease, forward
 
 Message = dict[str, Any]
 DONE = b"data: [DONE]\n\n"
 
-
-@pytest.fixture(params=[{"use_uvloop": False}, {"use_uvloop": True}], ids=["asyncio", "uvloop"])
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
-    # The worker serves on uvloop (uvicorn picks it): its transports are not asyncio's.
-    return "asyncio", request.param
-
-
-class _Releases:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self) -> None:
-        self.count += 1
-
-
-def _app(base_url: str, releases: _Releases) -> Starlette:
-    async def endpoint(request: Request) -> Response:
-        body = await request.body()
-        lease = Lease("org/m", base_url, 5.0, releases)
-        async with httpx.AsyncClient() as unused_for_streams:
-            return await forward(
-                unused_for_streams,
-                lease,
-                "/v1/completions",
-                body,
-                request.headers,
-                stream=json.loads(body).get("stream") is True,
-                request_id="rid-1",
-            )
-
-    return Starlette(routes=[Route("/v1/completions", endpoint, methods=["POST"])])
+pytestmark = EVERY_LOOP
 
 
 def _script(body: Callable[[], AsyncIterator[object]]) -> Callable[[EngineRequest], Reply]:
@@ -94,6 +58,11 @@ def _receiver(stream: bool, disconnect: anyio.Event) -> Callable[[], Any]:
     return receive
 
 
+async def _stream(base_url: str, releases: Releases, send: Callable[[Message], Any]) -> None:
+    """One streaming request through the proxy, by a client that never disconnects."""
+    await proxy_app(base_url, releases)(_scope(), _receiver(True, anyio.Event()), send)
+
+
 def _events(n: int, size: int = 0) -> list[bytes]:
     pad = "x" * size
     return [f'data: {{"n": {i}, "pad": "{pad}"}}\n\n'.encode() for i in range(n)]
@@ -108,13 +77,13 @@ async def test_events_that_arrive_together_leave_in_one_write() -> None:
     async def burst() -> AsyncIterator[object]:
         yield [*_events(5), DONE]  # six chunks in one socket write
 
-    releases, messages = _Releases(), []
+    releases, messages = Releases(), []
 
     async def send(message: Message) -> None:
         messages.append(message)
 
     async with scripted_engine(_script(burst)) as engine:
-        await _app(engine.base_url, releases)(_scope(), _receiver(True, anyio.Event()), send)
+        await _stream(engine.base_url, releases, send)
     assert _bodies(messages) == [b"".join([*_events(5), DONE])]
     assert releases.count == 1
 
@@ -126,13 +95,13 @@ async def test_events_that_arrive_apart_leave_one_by_one() -> None:
             yield event
             await anyio.sleep(0.05)
 
-    releases, messages = _Releases(), []
+    releases, messages = Releases(), []
 
     async def send(message: Message) -> None:
         messages.append(message)
 
     async with scripted_engine(_script(paced)) as engine:
-        await _app(engine.base_url, releases)(_scope(), _receiver(True, anyio.Event()), send)
+        await _stream(engine.base_url, releases, send)
     assert _bodies(messages) == _events(3)
 
 
@@ -143,7 +112,7 @@ async def test_a_stalled_client_stops_the_reading_of_the_engine_stream() -> None
         while True:
             yield event
 
-    releases, disconnect, stalled = _Releases(), anyio.Event(), anyio.Event()
+    releases, disconnect, stalled = Releases(), anyio.Event(), anyio.Event()
 
     async def send(message: Message) -> None:
         if message["type"] == "http.response.body":
@@ -152,7 +121,7 @@ async def test_a_stalled_client_stops_the_reading_of_the_engine_stream() -> None
 
     async with scripted_engine(_script(endless), send_buffer=64 * 1024) as engine:
         async with anyio.create_task_group() as tg:
-            app = _app(engine.base_url, releases)
+            app = proxy_app(engine.base_url, releases)
             tg.start_soon(app, _scope(), _receiver(True, disconnect), send)
             await stalled.wait()
             # The relay stops reading past 1 MiB, the kernel's buffers fill, the engine's
@@ -178,7 +147,7 @@ async def test_client_disconnect_closes_the_engine_stream_and_releases_once() ->
             yield event
             await anyio.sleep(0.01)
 
-    releases, disconnect = _Releases(), anyio.Event()
+    releases, disconnect = Releases(), anyio.Event()
     writes = 0
 
     async def send(message: Message) -> None:
@@ -190,7 +159,7 @@ async def test_client_disconnect_closes_the_engine_stream_and_releases_once() ->
 
     async with scripted_engine(_script(slow)) as engine:
         with anyio.fail_after(10):
-            app = _app(engine.base_url, releases)
+            app = proxy_app(engine.base_url, releases)
             await app(_scope(), _receiver(True, disconnect), send)
             await engine.client_closed.wait()
     assert writes < 1000
@@ -207,14 +176,16 @@ async def test_a_stream_stops_reading_the_engine_once_done_is_relayed() -> None:
         await anyio.sleep(0.2)
         yield late  # past [DONE]: must never reach the client
 
-    releases, messages = _Releases(), []
+    releases, messages = Releases(), []
 
     async def send(message: Message) -> None:
         messages.append(message)
 
     async with scripted_engine(_script(engine_body)) as engine:
         with anyio.fail_after(10):
-            await _app(engine.base_url, releases)(_scope(), _receiver(True, anyio.Event()), send)
+            await proxy_app(engine.base_url, releases)(
+                _scope(), _receiver(True, anyio.Event()), send
+            )
             await engine.client_closed.wait()
     assert b"".join(_bodies(messages)) == _events(1)[0] + DONE
     assert releases.count == 1
@@ -228,14 +199,16 @@ async def test_the_worker_closes_a_streams_engine_connection_first() -> None:
     async def done_only() -> AsyncIterator[object]:
         yield DONE
 
-    releases, sent = _Releases(), []
+    releases, sent = Releases(), []
 
     async def send(message: Message) -> None:
         sent.append(message)
 
     async with scripted_engine(_script(done_only)) as engine:
         with anyio.fail_after(10):
-            await _app(engine.base_url, releases)(_scope(), _receiver(True, anyio.Event()), send)
+            await proxy_app(engine.base_url, releases)(
+                _scope(), _receiver(True, anyio.Event()), send
+            )
             await engine.client_closed.wait()
         assert len(engine.requests) == 1
     assert b"".join(_bodies(sent)) == DONE

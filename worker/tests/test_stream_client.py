@@ -2,43 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from tests.support.scripted_engine import HANG, EngineRequest, Reply, scripted_engine
+from tests.support.proxy_app import EVERY_LOOP
+from tests.support.scripted_engine import HANG, answer_with, scripted_engine
 
-from sie_worker.stream_client import open_stream
+from sie_worker.stream_client import StreamResponse, open_stream
+
+pytestmark = EVERY_LOOP
+_TIMEOUTS = {"connect_timeout_s": 5.0, "read_timeout_s": 5.0, "high_water": 1 << 20}
 
 
-@pytest.fixture(params=[{"use_uvloop": False}, {"use_uvloop": True}], ids=["asyncio", "uvloop"])
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
-    return "asyncio", request.param
-
-
-def _reply(*items: object, **fields: Any) -> Reply:
-    async def body() -> AsyncIterator[object]:
-        for item in items:
-            yield item
-
-    return Reply(body=body(), **fields)
+async def _open(
+    url: str,
+    body: bytes = b"",
+    headers: Sequence[tuple[str, str]] = (),
+    **options: Any,
+) -> StreamResponse:
+    """``open_stream`` with generous timeouts unless ``options`` say otherwise."""
+    return await open_stream(url, body, headers, **{**_TIMEOUTS, **options})
 
 
 @pytest.mark.anyio
 async def test_the_request_line_headers_and_body_reach_the_server() -> None:
-    def script(request: EngineRequest) -> Reply:
-        return _reply(b'{"ok": true}', headers={"content-type": "application/json"})
-
+    script = answer_with(b'{"ok": true}', headers={"content-type": "application/json"})
     async with scripted_engine(script) as server:
-        response = await open_stream(
+        response = await _open(
             server.base_url + "/v1/models/a/load?slot=2",
             b'{"x": 1}',
             [("content-type", "application/json"), ("x-evil", "a\r\nInjected: 1")],
-            connect_timeout_s=5,
-            read_timeout_s=5,
-            high_water=1 << 20,
         )
         body = await response.read_all(1 << 20)
         response.close()
@@ -53,16 +49,8 @@ async def test_the_request_line_headers_and_body_reach_the_server() -> None:
 
 @pytest.mark.anyio
 async def test_a_get_without_a_body_sends_no_content_length() -> None:
-    async with scripted_engine(lambda request: _reply(b"[]")) as server:
-        response = await open_stream(
-            server.base_url + "/v1/models",
-            b"",
-            [],
-            method="GET",
-            connect_timeout_s=5,
-            read_timeout_s=5,
-            high_water=1 << 20,
-        )
+    async with scripted_engine(answer_with(b"[]")) as server:
+        response = await _open(server.base_url + "/v1/models", method="GET")
         assert await response.read_all(1 << 20) == b"[]"
         response.close()
         assert server.requests[0].method == "GET"
@@ -72,17 +60,9 @@ async def test_a_get_without_a_body_sends_no_content_length() -> None:
 @pytest.mark.anyio
 async def test_the_answer_to_head_ends_with_its_head() -> None:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
-    async with scripted_engine(lambda request: _reply(HANG, head=head)) as server:
+    async with scripted_engine(answer_with(HANG, head=head)) as server:
         with anyio.fail_after(5):
-            response = await open_stream(
-                server.base_url + "/v1/models",
-                b"",
-                [],
-                method="HEAD",
-                connect_timeout_s=5,
-                read_timeout_s=5,
-                high_water=1 << 20,
-            )
+            response = await _open(server.base_url + "/v1/models", method="HEAD")
             assert await response.read_all(1 << 20) == b""
         response.close()
     assert response.status == 200
@@ -91,26 +71,15 @@ async def test_the_answer_to_head_ends_with_its_head() -> None:
 
 @pytest.mark.anyio
 async def test_a_silent_server_is_a_read_timeout_and_a_closed_port_a_connect_error() -> None:
-    async with scripted_engine(lambda request: _reply(HANG, head=b"")) as server:
+    async with scripted_engine(answer_with(HANG, head=b"")) as server:
         with anyio.fail_after(5), pytest.raises(httpx.ReadTimeout):
-            await open_stream(
-                server.base_url + "/v1/completions",
-                b"{}",
-                [],
-                connect_timeout_s=5,
-                read_timeout_s=0.2,
-                high_water=1 << 20,
-            )
+            await _open(server.base_url + "/v1/completions", b"{}", read_timeout_s=0.2)
         url = server.base_url
     with pytest.raises(httpx.ConnectError):  # the server is gone: nothing listens there
-        await open_stream(
-            url + "/v1/completions", b"{}", [], connect_timeout_s=5, read_timeout_s=1, high_water=1
-        )
+        await _open(url + "/v1/completions", b"{}")
 
 
 @pytest.mark.anyio
 async def test_only_http_urls_are_streamed() -> None:
     with pytest.raises(httpx.UnsupportedProtocol):
-        await open_stream(
-            "https://127.0.0.1:1/x", b"", [], connect_timeout_s=1, read_timeout_s=1, high_water=1
-        )
+        await _open("https://127.0.0.1:1/x")

@@ -88,16 +88,13 @@ async def forward(
         "POST", lease.base_url + path, content=body, headers=upstream_headers, timeout=timeout
     )
     try:
-        with _translate(lease):
+        with _failure_status(lease), _translate(lease):
             upstream = await client.send(request, stream=True)
             try:
                 content = await upstream.aread()
             finally:
                 await upstream.aclose()
-        return _reply(lease, upstream.status_code, content, reply_headers)
-    except SieError as error:
-        lease.status = str(error.status)
-        raise
+            return _reply(lease, upstream.status_code, content, reply_headers)
     finally:
         lease.release()
 
@@ -110,7 +107,7 @@ async def _forward_stream(
     reply_headers: dict[str, str],
 ) -> Response:
     try:
-        with _translate(lease):
+        with _failure_status(lease), _translate(lease):
             upstream = await open_stream(
                 lease.base_url + path,
                 body,
@@ -120,21 +117,14 @@ async def _forward_stream(
                 high_water=_STREAM_HIGH_WATER,
                 stop_after=_ends_with_done,
             )
-    except SieError as error:
-        lease.status = str(error.status)
-        lease.release()
-        raise
     except BaseException:
         lease.release()
         raise
     if upstream.status != 200:
         try:
-            with _translate(lease):
+            with _failure_status(lease), _translate(lease):
                 content = await upstream.read_all(_MAX_SSE_EVENT_BYTES)
-            return _reply(lease, upstream.status, content, reply_headers)
-        except SieError as error:
-            lease.status = str(error.status)
-            raise
+                return _reply(lease, upstream.status, content, reply_headers)
         finally:
             upstream.close()
             lease.release()
@@ -156,6 +146,16 @@ def _reply(lease: Lease, status: int, content: bytes, headers: dict[str, str]) -
 
 def sse_error_event(error: SieError) -> bytes:
     return b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+
+
+@contextlib.contextmanager
+def _failure_status(lease: Lease) -> Iterator[None]:
+    """Record the status of the error a request fails with before its answer started."""
+    try:
+        yield
+    except SieError as error:
+        lease.status = str(error.status)
+        raise
 
 
 @contextlib.contextmanager

@@ -1,0 +1,67 @@
+"""``sie_worker.proxy.forward`` behind a one-route ASGI app, as the worker's app calls it,
+for the proxy's tests; and the mark that runs a test on both event loops the worker meets."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from sie_worker.errors import SieError
+from sie_worker.proxy import Lease, forward
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+__all__ = ["EVERY_LOOP", "Releases", "proxy_app"]
+
+# The worker serves on uvloop (uvicorn picks it when installed), whose transports are not
+# asyncio's: code that touches sockets runs its tests on both.
+EVERY_LOOP = pytest.mark.parametrize(
+    "anyio_backend",
+    [("asyncio", {"use_uvloop": False}), ("asyncio", {"use_uvloop": True})],
+    ids=["asyncio", "uvloop"],
+)
+
+
+class Releases:
+    """A lease's ``on_release``: counts how often the lease was given back."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+def proxy_app(
+    base_url: str,
+    releases: Releases,
+    *,
+    read_timeout: float | None = 5.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Starlette:
+    """``POST /v1/completions`` forwarded to the engine at ``base_url`` for model ``org/m``
+    with request id ``rid-1``; ``stream`` as the body says; design errors as JSON. JSON
+    requests go through an httpx client on ``transport`` (e.g. ``httpx.MockTransport``),
+    streams over their own connection to ``base_url``."""
+
+    async def endpoint(request: Request) -> Response:
+        body = await request.body()
+        lease = Lease("org/m", base_url, read_timeout, releases)
+        async with httpx.AsyncClient(transport=transport) as client:
+            try:
+                return await forward(
+                    client,
+                    lease,
+                    "/v1/completions",
+                    body,
+                    request.headers,
+                    stream=json.loads(body).get("stream") is True,
+                    request_id="rid-1",
+                )
+            except SieError as error:
+                return JSONResponse(error.body(), status_code=error.status)
+
+    return Starlette(routes=[Route("/v1/completions", endpoint, methods=["POST"])])
