@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
@@ -14,6 +15,9 @@ import pytest
 from starlette.applications import Starlette
 from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
 from tests.support.scripted_engine import DROP, HANG, answer_with, scripted_engine
+
+from sie_worker.proxy import Lease, _relay_events
+from sie_worker.stream_client import StreamResponse
 
 pytestmark = EVERY_LOOP
 
@@ -249,3 +253,69 @@ async def test_malformed_streams_end_with_an_error_event(
     assert error["code"] == "engine_unavailable"
     assert what in error["message"]
     assert releases.count == 1
+
+
+class _ScriptedUpstream:
+    """Stands in for a stream_client.StreamResponse: each take() hands over the next piece,
+    so a test decides exactly where the reads split the body."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self._pieces = pieces
+        self.error: Exception | None = None
+
+    @property
+    def drained(self) -> bool:
+        return not self._pieces
+
+    async def take(self) -> bytes:
+        return self._pieces.pop(0)
+
+
+def _pieces(body: bytes, cuts: list[int]) -> list[bytes]:
+    edges = [0, *cuts, len(body)]
+    return [body[a:b] for a, b in itertools.pairwise(edges) if b > a]
+
+
+async def _relayed(pieces: list[bytes]) -> bytes:
+    lease = Lease(model="org/m", base_url="http://engine", read_timeout_s=None, on_release=int)
+    upstream = cast(StreamResponse, _ScriptedUpstream(pieces))
+    return b"".join([part async for part in _relay_events(upstream, lease)])
+
+
+_EIGHT_MIB = 8 * 1024 * 1024
+_NEXT = b'data: {"n": 2}\n\ndata: [DONE]\n\n'
+
+
+def _event(size: int) -> bytes:
+    """One SSE event whose text (without the blank line after it) is ``size`` bytes."""
+    head, tail = b'data: {"pad": "', b'"}'
+    return head + b"x" * (size - len(head) - len(tail)) + tail + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    "cuts",
+    [
+        [],  # the oversized event and the next one in a single read
+        [_EIGHT_MIB - 4096],  # the read that crosses 8 MiB also ends the event
+        [_EIGHT_MIB + 10],  # ends the event and starts the next in one read
+        list(range(1 << 20, _EIGHT_MIB + 1, 1 << 20)),  # 1 MiB reads, as the client reads
+    ],
+    ids=["one-read", "crossing-read-ends-it", "next-event-in-same-read", "mib-reads"],
+)
+@pytest.mark.anyio
+async def test_an_event_over_8_mib_ends_the_stream_wherever_the_reads_split_it(
+    cuts: list[int],
+) -> None:
+    body = _event(_EIGHT_MIB + 1) + _NEXT
+    relayed = await _relayed(_pieces(body, cuts))
+    error = _error_event(relayed.decode())
+    assert error["code"] == "engine_unavailable"
+    assert "larger than 8 MiB" in error["message"]
+    assert b"[DONE]" not in relayed  # nothing after the oversized event is relayed
+
+
+@pytest.mark.anyio
+async def test_an_event_of_exactly_8_mib_is_relayed() -> None:
+    body = _event(_EIGHT_MIB) + _NEXT
+    relayed = await _relayed(_pieces(body, [_EIGHT_MIB - 4096]))
+    assert relayed == body

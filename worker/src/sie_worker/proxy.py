@@ -245,12 +245,13 @@ async def _relay_events(upstream: StreamResponse, lease: Lease) -> AsyncIterator
         with _translate(lease):
             while True:
                 pending += await upstream.take()
+                # Checked before cutting: one take can hold the end of an oversized event
+                # and the start of the next, and the size must not depend on where reads split.
+                if len(pending) > _MAX_SSE_EVENT_BYTES and _has_oversized_event(pending):
+                    yield _malformed(lease, "an event larger than 8 MiB")
+                    return
                 cut = pending.rfind(b"\n\n")
-                if cut < 0:
-                    if len(pending) > _MAX_SSE_EVENT_BYTES:
-                        yield _malformed(lease, "an event larger than 8 MiB")
-                        return
-                else:
+                if cut >= 0:
                     events, pending = pending[: cut + 2], pending[cut + 2 :]
                     problem = _malformation(events)
                     if problem is not None:
@@ -266,6 +267,11 @@ async def _relay_events(upstream: StreamResponse, lease: Lease) -> AsyncIterator
     except SieError as error:
         _log.warning("stream from %s ended: %s", lease.model, error.message)
         yield (b"\n\n" if pending else b"") + sse_error_event(error)
+
+
+def _has_oversized_event(buffer: bytes) -> bool:
+    """Whether any event in ``buffer`` (the unfinished last one included) is over 8 MiB."""
+    return any(len(event) > _MAX_SSE_EVENT_BYTES for event in buffer.split(b"\n\n"))
 
 
 def _malformation(events: bytes) -> str | None:
