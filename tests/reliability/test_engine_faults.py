@@ -187,6 +187,9 @@ state, limit, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 done = len(os.listdir(state))
 if done < limit:
     sock = socket.socket()
+    # As the worker's bind test and the engine do: TIME_WAIT from earlier tests must not
+    # make this bind fail (that failure would read as "port in use" without a squatter).
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", int(argv[argv.index("--port") + 1])))
     sock.listen()
     pid = os.fork()

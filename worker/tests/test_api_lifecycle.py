@@ -153,6 +153,7 @@ argv = sys.argv[2:]
 if not os.path.exists(marker):
     port = int(argv[argv.index("--port") + 1])
     sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT owns no port
     sock.bind(("127.0.0.1", port))
     sock.listen()
     pid = os.fork()

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from tests.support.asgi_server import TcpFront, serve
 
+from sie_worker import router_relay
 from sie_worker.router import create_router_app
 from sie_worker.router_settings import RouterSettings
 
@@ -504,6 +505,39 @@ async def test_request_in_flight_on_a_slot_that_stops_answering_fails_with_502()
         assert result[0].status_code == 502
         assert result[0].json()["error"]["code"] == "engine_unavailable"
         assert not p.slot_up(0)
+
+
+async def test_slot_leaving_rotation_while_a_request_connects_sends_it_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker died with a request still connecting to it: the request never reached a
+    worker, so it is routed again instead of failing with 502."""
+    connecting = anyio.Event()
+    real_open_stream = router_relay.open_stream
+
+    async def open_stream(url: str, *args: Any, **kwargs: Any) -> Any:
+        if url.startswith(p.app.state.table.slots[0].url):
+            connecting.set()
+            await anyio.sleep_forever()  # a connect still in flight when the slot goes down
+        return await real_open_stream(url, *args, **kwargs)
+
+    monkeypatch.setattr(router_relay, "open_stream", open_stream)
+    async with pod(slots=2) as p:
+        p.workers[0].preload("a")
+        await p.until(lambda: p.app.state.table.slots[0].view().state_of("a") == "ready", "poll")
+        async with anyio.create_task_group() as tg:
+            result: list[httpx.Response] = []
+
+            async def send() -> None:
+                result.append(await _complete(p.client, "a"))
+
+            tg.start_soon(send)
+            with anyio.fail_after(10):
+                await connecting.wait()
+            await p.refuse(0)
+        assert (result[0].status_code, result[0].headers["x-sie-slot"]) == (200, "1")
+        assert not [call for call in p.workers[0].calls if call[1] == "/v1/completions"]
+        assert p.workers[1].loads["a"] == 1
 
 
 async def test_no_answering_slot_gives_engine_unavailable() -> None:

@@ -80,6 +80,23 @@ async def test_a_silent_server_is_a_read_timeout_and_a_closed_port_a_connect_err
 
 
 @pytest.mark.anyio
+async def test_on_connected_says_when_the_request_is_about_to_be_written() -> None:
+    calls: list[int] = []
+    async with scripted_engine(answer_with(b"[]")) as server:
+
+        def connected() -> None:
+            calls.append(len(server.requests))  # nothing has reached the server yet
+
+        response = await _open(server.base_url + "/v1/models", on_connected=connected)
+        response.close()
+        url = server.base_url
+    assert calls == [0]
+    with pytest.raises(httpx.ConnectError):  # refused: the request was never written
+        await _open(url + "/v1/models", on_connected=connected)
+    assert calls == [0]
+
+
+@pytest.mark.anyio
 async def test_only_http_urls_are_streamed() -> None:
     with pytest.raises(httpx.UnsupportedProtocol):
         await _open("https://127.0.0.1:1/x")

@@ -5,11 +5,12 @@ parsed by httptools), closed once the answer is complete: httpx's pool bookkeepi
 per-chunk parsing were most of the router's CPU with many streams (``docs/benchmarks.md``).
 Calls fanned out to several slots (:func:`fan_out`) keep using httpx.
 
-The whole exchange runs inside a cancel scope that two things may cancel: the client going
-away (the upstream request is closed, so the engine stops working for nobody) and the slot
-leaving rotation (the request fails with ``engine_unavailable`` instead of hanging). A
-refused connection means nothing reached the worker, so the request is routed again,
-without that slot. Worker answers, errors included, pass through unchanged.
+The whole exchange runs inside a cancel scope that the client going away cancels (the
+upstream request is closed, so the engine stops working for nobody); each try on a slot
+runs in its own scope that the slot leaving rotation cancels (the request fails with
+``engine_unavailable`` instead of hanging). A request that never reached the worker (its
+connection was refused, or was still being made when the slot left rotation) is routed
+again, without that slot. Worker answers, errors included, pass through unchanged.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class RelayResponse(Response):
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_disconnect, receive, tg.cancel_scope, outcome)
             try:
-                await self._relay(send, tg.cancel_scope, outcome)
+                await self._relay(send, outcome)
             finally:
                 tg.cancel_scope.cancel()
         metrics = self._table.metrics
@@ -152,7 +153,7 @@ class RelayResponse(Response):
             # cannot mistake a partial body for a whole one.
             raise outcome.error
 
-    async def _relay(self, send: Send, scope: anyio.CancelScope, outcome: _Outcome) -> None:
+    async def _relay(self, send: Send, outcome: _Outcome) -> None:
         exclude: set[int] = set()
         while True:
             try:
@@ -160,14 +161,13 @@ class RelayResponse(Response):
             except SieError as exc:
                 outcome.error = exc
                 return
-            if not await self._attempt(decision, send, scope, outcome):
+            if not await self._attempt(decision, send, outcome):
                 return
             exclude.add(decision.slot)
 
-    async def _attempt(
-        self, decision: Decision, send: Send, scope: anyio.CancelScope, outcome: _Outcome
-    ) -> bool:
-        """One try on one slot; True when the slot refused the connection (route again)."""
+    async def _attempt(self, decision: Decision, send: Send, outcome: _Outcome) -> bool:
+        """One try on one slot; True when nothing reached the slot's worker (route again):
+        it refused the connection, or left rotation before the request was written."""
         table, model = self._table, self._upstream.model
         slot = decision.slot
         state = table.slots[slot]
@@ -177,60 +177,48 @@ class RelayResponse(Response):
         queued = model is not None and decision.reason != "ready"  # waits for its model
         if queued:
             table.metrics.queued.inc()
+        # The slot leaving rotation cancels this attempt only, so the request can be routed
+        # again when it never reached the worker.
+        attempt = anyio.CancelScope()
+        written = False
 
-        def abort() -> None:
-            outcome.slot_down = True
-            scope.cancel()
+        def request_written() -> None:
+            nonlocal written
+            written = True
 
-        state.aborts.add(abort)
+        state.aborts.add(attempt.cancel)
         response: StreamResponse | None = None
         upstream, settings = self._upstream, table.settings
         try:
-            try:
-                with _translate(slot, state.url):
-                    response = await open_stream(
-                        state.url + upstream.target,
-                        upstream.body,
-                        upstream.headers,
-                        method=upstream.method,
-                        connect_timeout_s=settings.connect_timeout_s,
-                        read_timeout_s=settings.read_timeout_s,
-                        high_water=_HIGH_WATER,
-                    )
-            except _Refused as exc:
-                state.aborts.discard(abort)
-                table.mark_down(slot, str(exc))
-                return True
-            finally:
-                if queued:
-                    table.metrics.queued.dec()
-            outcome.status = response.status
-            content_type = next((v for k, v in response.headers if k == "content-type"), "")
-            outcome.sse = content_type.startswith("text/event-stream")
-            headers = [
-                (k.encode("latin-1"), v.encode("latin-1"))
-                for k, v in response.headers
-                if (k not in HOP_BY_HOP or k == "content-length") and k not in _SET_BY_SERVER
-            ]
-            headers.append((b"x-sie-slot", str(slot).encode()))
-            headers.append((b"x-sie-route-reason", decision.reason.encode()))
-            start = {"type": "http.response.start", "status": response.status, "headers": headers}
-            await send(start)
-            outcome.started = True
-            table.metrics.requests.labels(slot=str(slot), status=str(response.status)).inc()
-            with _translate(slot, state.url):
-                while not response.drained:
-                    # Everything that arrived since the last write leaves in one write.
-                    chunk = await response.take()
-                    if chunk:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if response.error is not None:
-                    raise response.error
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            with attempt:
+                try:
+                    with _translate(slot, state.url):
+                        response = await open_stream(
+                            state.url + upstream.target,
+                            upstream.body,
+                            upstream.headers,
+                            method=upstream.method,
+                            connect_timeout_s=settings.connect_timeout_s,
+                            read_timeout_s=settings.read_timeout_s,
+                            high_water=_HIGH_WATER,
+                            on_connected=request_written,
+                        )
+                except _Refused as exc:
+                    state.aborts.discard(attempt.cancel)
+                    table.mark_down(slot, str(exc))
+                    return True
+                finally:
+                    if queued:
+                        table.metrics.queued.dec()
+                await self._pass_on(response, decision, send, outcome)
+            if attempt.cancelled_caught:
+                if not written:
+                    return True
+                outcome.slot_down = True
         except SieError as exc:
             outcome.error = exc
         finally:
-            state.aborts.discard(abort)
+            state.aborts.discard(attempt.cancel)
             if response is not None:
                 response.close()
             table.finished(
@@ -240,6 +228,35 @@ class RelayResponse(Response):
                 served=outcome.status is not None and outcome.status < 400,
             )
         return False
+
+    async def _pass_on(
+        self, response: StreamResponse, decision: Decision, send: Send, outcome: _Outcome
+    ) -> None:
+        """Relay the slot's answer, head then body, to the client as it arrives."""
+        slot, url = decision.slot, self._table.slots[decision.slot].url
+        outcome.status = response.status
+        content_type = next((v for k, v in response.headers if k == "content-type"), "")
+        outcome.sse = content_type.startswith("text/event-stream")
+        headers = [
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in response.headers
+            if (k not in HOP_BY_HOP or k == "content-length") and k not in _SET_BY_SERVER
+        ]
+        headers.append((b"x-sie-slot", str(slot).encode()))
+        headers.append((b"x-sie-route-reason", decision.reason.encode()))
+        start = {"type": "http.response.start", "status": response.status, "headers": headers}
+        await send(start)
+        outcome.started = True
+        self._table.metrics.requests.labels(slot=str(slot), status=str(response.status)).inc()
+        with _translate(slot, url):
+            while not response.drained:
+                # Everything that arrived since the last write leaves in one write.
+                chunk = await response.take()
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if response.error is not None:
+                raise response.error
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def fan_out(

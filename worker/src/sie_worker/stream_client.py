@@ -241,11 +241,14 @@ async def open_stream(
     read_timeout_s: float | None,
     high_water: int,
     stop_after: Callable[[bytes, bytes], bool] = _never,
+    on_connected: Callable[[], None] | None = None,
 ) -> StreamResponse:
     """Send ``method`` with ``body`` to ``url`` (``http://host:port/path?query``) on a new
     connection and return once the response head has arrived (within ``read_timeout_s`` of
     connecting). ``headers`` must not carry Host, Content-Length or other hop-by-hop
-    headers: this client writes its own."""
+    headers: this client writes its own. ``on_connected`` is called once the connection is
+    up, just before the request is written: cancelled before that, nothing reached the
+    server."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise httpx.UnsupportedProtocol(f"only http:// URLs are streamed, got {url!r}")
@@ -273,6 +276,8 @@ async def open_stream(
     if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
         lines.append(f"Content-Length: {len(body)}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+    if on_connected is not None:
+        on_connected()
     response.send(head + body)
     try:
         await response.wait_head()
