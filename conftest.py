@@ -1,7 +1,14 @@
 """Fixtures shared by worker/tests and tests/: each area keeps its own plugin module."""
 
+from hypothesis import settings
+
 pytest_plugins = [
     "tests.support.engine_fixtures",  # fake SGLang engine command
     "tests.support.model_fixtures",  # tiny models built at test time
     "tests.support.worker_fixtures",  # a real `sie-worker serve` subprocess
 ]
+
+# No per-example deadline: it is a timed assertion, and CI machines are noisy. Speed is
+# measured by the benchmarks (tests/bench), not by tests.
+settings.register_profile("sie", deadline=None)
+settings.load_profile("sie")
