@@ -18,11 +18,8 @@ What the worker does (also reported in the issue note):
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shlex
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +37,7 @@ from tests.reliability._support import (
     sigcont_quietly,
     stream_events,
 )
+from tests.support.port_squatter import kill_squatters, squatter_prefix, squatters
 from tests.support.worker_fixtures import fake_model, wait_until
 
 _RANKS = {"FAKE_ENGINE_CHILDREN": "2"}
@@ -179,42 +177,14 @@ def test_engine_exiting_at_start_fails_the_load_and_leaves_nothing(
     assert_clean(worker, probe="org/ok")
 
 
-# A command prefix that takes the engine's --port before the engine starts, for the first
-# N launches: the port passed the worker's bind test, then someone else bound it.
-_SQUATTER = """
-import os, socket, sys, time
-state, limit, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-done = len(os.listdir(state))
-if done < limit:
-    sock = socket.socket()
-    # As the worker's bind test and the engine do: TIME_WAIT from earlier tests must not
-    # make this bind fail (that failure would read as "port in use" without a squatter).
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", int(argv[argv.index("--port") + 1])))
-    sock.listen()
-    pid = os.fork()
-    if pid == 0:
-        os.setsid()
-        time.sleep(300)
-        os._exit(0)
-    sock.close()
-    open(os.path.join(state, str(pid)), "w").close()
-os.execv(argv[0], argv)
-"""
-
-
 def test_engine_port_taken_on_every_try_fails_the_load_then_the_next_request_loads(
     launcher: Launcher, fake_engine_minimal_command: str, tmp_path: Path
 ) -> None:
-    wrapper = tmp_path / "squat.py"
-    wrapper.write_text(_SQUATTER)
-    squatters = tmp_path / "squatters"
-    squatters.mkdir()
-    prefix = shlex.join([sys.executable, str(wrapper), str(squatters), "3"])
+    state = tmp_path / "squatters"
     worker = launcher.start(
         [fake_model("org/ok", env=_RANKS)],
         devices="cuda:0",
-        env={"SIE_SGLANG_COMMAND": f"{prefix} {fake_engine_minimal_command}"},
+        env={"SIE_SGLANG_COMMAND": f"{squatter_prefix(state, 3)} {fake_engine_minimal_command}"},
     )
     try:
         failed = _load(worker, "org/ok")
@@ -223,10 +193,8 @@ def test_engine_port_taken_on_every_try_fails_the_load_then_the_next_request_loa
         assert error["code"] == "load_failed"
         assert "already in use" in error["message"]
         assert "3 ports tried" in error["message"]
-        assert len(os.listdir(squatters)) == 3
+        assert len(squatters(state)) == 3
         assert worker.models()["org/ok"]["state"] == "failed"
         assert_clean(worker, probe="org/ok")  # the fourth launch gets its port
     finally:
-        for name in os.listdir(squatters):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(name), signal.SIGKILL)
+        kill_squatters(state)

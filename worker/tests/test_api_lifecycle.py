@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shlex
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from tests.support.port_squatter import kill_squatters, squatter_prefix, squatters
 from tests.support.worker_fixtures import WorkerProcess, fake_model, wait_until
 
 StartWorker = Callable[..., WorkerProcess]
@@ -146,38 +144,12 @@ def test_engine_slow_to_start_past_startup_timeout_is_stopped(start_worker: Star
     wait_until(lambda: worker.engine_pids() == [])
 
 
-_SQUATTER = """
-import os, socket, sys, time
-marker = sys.argv[1]
-argv = sys.argv[2:]
-if not os.path.exists(marker):
-    port = int(argv[argv.index("--port") + 1])
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT owns no port
-    sock.bind(("127.0.0.1", port))
-    sock.listen()
-    pid = os.fork()
-    if pid == 0:  # the squatter keeps the port until the test kills it
-        os.setsid()
-        time.sleep(120)
-        os._exit(0)
-    sock.close()
-    with open(marker, "w") as handle:
-        handle.write(str(pid))
-os.execv(argv[0], argv)
-"""
-
-
 def test_engine_port_taken_is_retried_on_another_port(
     start_worker: StartWorker, fake_engine_minimal_command: str, tmp_path: Path
 ) -> None:
     # The port passes the worker's bind test, then is taken before the engine binds it.
-    wrapper = tmp_path / "squat.py"
-    wrapper.write_text(_SQUATTER)
-    marker = tmp_path / "squatter.pid"
-    command = (
-        shlex.join([sys.executable, str(wrapper), str(marker)]) + " " + fake_engine_minimal_command
-    )
+    state = tmp_path / "squatters"
+    command = f"{squatter_prefix(state, 1)} {fake_engine_minimal_command}"
     worker = start_worker(
         [fake_model("org/m")], devices="cuda:0", env={"SIE_SGLANG_COMMAND": command}
     )
@@ -186,12 +158,10 @@ def test_engine_port_taken_is_retried_on_another_port(
             response = client.post("/v1/models/org/m/load")
         assert response.status_code == 200, response.text
         assert response.json()["state"] == "ready"
-        assert marker.exists()
+        assert len(squatters(state)) == 1
         assert "already in use" in worker.logs().lower()
     finally:
-        if marker.exists():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(marker.read_text()), signal.SIGKILL)
+        kill_squatters(state)
 
 
 def test_prefer_wait_zero_answers_503_with_retry_after_while_loading(
