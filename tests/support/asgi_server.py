@@ -37,16 +37,29 @@ async def serve(app: ASGIApp, *, lifespan: str = "auto") -> AsyncIterator[int]:
         timeout_graceful_shutdown=1,
     )
     server = uvicorn.Server(config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(10):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no started event
-                await anyio.sleep(0.01)
-        port: int = server.servers[0].sockets[0].getsockname()[1]
+    stopped = anyio.Event()
+
+    async def run() -> None:
         try:
+            await server.serve()
+        finally:
+            stopped.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            with anyio.fail_after(10):
+                while not server.started:  # noqa: ASYNC110 - uvicorn offers no started event
+                    await anyio.sleep(0.01)
+            port: int = server.servers[0].sockets[0].getsockname()[1]
             yield port
         finally:
+            # Shut down gracefully even when the test failed: a task group cancels its
+            # tasks on an error, and uvicorn cancelled never closes its listening socket
+            # (an unclosed-socket warning that later fails some unrelated test).
             server.should_exit = True
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await stopped.wait()
 
 
 class TcpFront:
@@ -86,6 +99,11 @@ class TcpFront:
 
     async def close(self) -> None:
         await self.refuse()
+        # The aborted connections end their relays; a cancelled relay would be logged as
+        # an error by asyncio's stream callback.
+        self._flowing.set()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=5)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -234,10 +234,22 @@ class Pod:
 
 @asynccontextmanager
 async def pod(
-    slots: int = 4, *, devices: int = 1, api_key: str | None = None, **overrides: Any
+    slots: int = 4,
+    *,
+    devices: int = 1,
+    api_key: str | None = None,
+    poll_interval_s: float = 0.02,
+    poll_timeout_s: float = 2.0,
+    hung: tuple[int, ...] = (),
+    **overrides: Any,
 ) -> AsyncIterator[Pod]:
     """``slots`` fake workers, each served by uvicorn behind a :class:`TcpFront` (which can
-    refuse or hang), and the router app in front of them, over real sockets."""
+    refuse or hang), and the router app in front of them, over real sockets.
+
+    Polls are frequent, so changes show quickly. Their timeout is generous: a busy test
+    machine can starve the event loop for a while, and three timed-out polls would take a
+    healthy slot out of rotation; tests of hung slots pass a short one. The slots in
+    ``hung`` hang before the router starts (its first polls of them time out)."""
     workers = [FakeWorker(port=0, devices=devices) for _ in range(slots)]
     fronts: list[TcpFront] = []
     async with contextlib.AsyncExitStack() as stack:
@@ -246,11 +258,13 @@ async def pod(
             worker.port = await front.start()
             stack.push_async_callback(front.close)
             fronts.append(front)
+        for slot in hung:
+            fronts[slot].hang()
         settings = RouterSettings(
             worker_ports=tuple(w.port for w in workers),
             api_key=api_key,
-            poll_interval_s=0.02,
-            poll_timeout_s=0.2,
+            poll_interval_s=poll_interval_s,
+            poll_timeout_s=poll_timeout_s,
             **overrides,
         )
         app = create_router_app(settings)
@@ -389,11 +403,34 @@ async def test_oversized_body_gets_413() -> None:
 async def test_load_can_name_a_slot_by_query_or_header() -> None:
     async with pod() as p:
         r = await p.client.post("/v1/models/org/m:fast/load?slot=2")
-        assert (r.status_code, r.json()["port"]) == (200, p.workers[2].port)
+        assert (r.status_code, r.json().get("port")) == (200, p.workers[2].port), r.text
         assert p.workers[2].calls[-1][:2] == ("POST", "/v1/models/org/m:fast/load")
         r = await p.client.post("/v1/models/b/load", headers={"X-SIE-Slot": "3"})
-        assert r.json()["port"] == p.workers[3].port
+        assert (r.status_code, r.json().get("port")) == (200, p.workers[3].port), r.text
         assert "x-sie-slot" not in p.workers[3].calls[-1][2]
+
+
+async def test_a_named_slot_that_missed_its_first_poll_is_still_tried() -> None:
+    """One timed-out poll (a busy start) is not "not answering": that takes three in a row."""
+    async with pod(slots=2, hung=(1,), poll_timeout_s=0.2, poll_interval_s=60) as p:
+        await p.until(lambda: p.app.state.table.slots[1].failures == 1, "first poll timed out")
+        assert not p.slot_up(1)
+        p.fronts[1].resume()
+        r = await p.client.post("/v1/models/b/load?slot=1")
+        assert (r.status_code, r.json().get("port")) == (200, p.workers[1].port), r.text
+
+
+async def test_a_named_slot_out_of_rotation_is_refused_without_calling_it() -> None:
+    async with pod(slots=2) as p:
+        await p.until(lambda: p.slot_up(1), "first poll")
+        await p.refuse(1)
+        await p.until(lambda: not p.slot_up(1), "refusing slot left rotation")
+        r = await p.client.post("/v1/models/b/load", headers={"X-SIE-Slot": "1"})
+        assert r.status_code == 502, r.text
+        assert r.json()["error"]["code"] == "engine_unavailable"
+        assert "slot 1 (http://127.0.0.1:" in r.json()["error"]["message"]
+        assert "is not answering: connection refused" in r.json()["error"]["message"]
+        assert p.workers[1].calls == []
 
 
 async def test_bad_slot_names_are_refused() -> None:
@@ -491,7 +528,7 @@ async def test_refusing_slot_leaves_rotation_and_requests_go_elsewhere() -> None
 
 
 async def test_request_in_flight_on_a_slot_that_stops_answering_fails_with_502() -> None:
-    async with pod(slots=1) as p:
+    async with pod(slots=1, poll_timeout_s=0.2) as p:
         p.workers[0].gate["a"] = anyio.Event()  # the request never finishes by itself
         async with anyio.create_task_group() as tg:
             result: list[httpx.Response] = []

@@ -95,10 +95,12 @@ class StreamingWorker:
 
 
 @asynccontextmanager
-async def router_before(worker: StreamingWorker) -> AsyncIterator[httpx.AsyncClient]:
+async def router_before(
+    worker: StreamingWorker, *, poll_timeout_s: float = 2.0
+) -> AsyncIterator[httpx.AsyncClient]:
     async with serve(worker.app(), lifespan="off") as worker_port:
         settings = RouterSettings(
-            worker_ports=(worker_port,), poll_interval_s=0.05, poll_timeout_s=0.3
+            worker_ports=(worker_port,), poll_interval_s=0.05, poll_timeout_s=poll_timeout_s
         )
         async with (
             serve(create_router_app(settings)) as router_port,
@@ -143,7 +145,7 @@ async def test_client_leaving_mid_stream_closes_the_worker_stream() -> None:
 
 async def test_stream_on_a_slot_that_stops_answering_ends_with_engine_unavailable() -> None:
     worker = StreamingWorker()
-    async with router_before(worker) as client:
+    async with router_before(worker, poll_timeout_s=0.3) as client:
         with anyio.fail_after(20):
             async with client.stream("POST", "/v1/chat/completions", json=_CHAT) as r:
                 lines = _lines(r)

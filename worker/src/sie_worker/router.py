@@ -260,7 +260,9 @@ class _Router:
     def _to_named(self, slot: int) -> _Pick:
         async def route(exclude: frozenset[int]) -> Decision:
             state = self.table.slots[slot]
-            if slot in exclude or (not state.up and state.failures > 0):
+            # A named slot is tried unless it is out of rotation: one slow first poll
+            # does not make a slot "not answering" (three in a row, or a refusal, do).
+            if slot in exclude or state.down:
                 raise EngineUnavailable(
                     f"slot {slot} ({state.url}) is not answering: {state.last_error}"
                 )

@@ -63,6 +63,9 @@ class SlotState:
     index: int
     url: str
     up: bool = False
+    # Taken out of rotation (refused, or missed ``down_after_failures`` polls in a row) and
+    # not back yet; a slot that has not answered its first poll is not up, but not down.
+    down: bool = False
     ready: bool = False
     failures: int = 0
     last_error: str | None = None
@@ -178,6 +181,7 @@ class SlotTable:
         if not state.up:
             logger.info("slot %d (%s) answers; back in rotation", slot, state.url)
         state.up = True
+        state.down = False
         self._round_done(slot)
         self._publish()
         self._notify()
@@ -195,6 +199,7 @@ class SlotTable:
         state = self.slots[slot]
         was_up = state.up
         state.up = False
+        state.down = True
         state.ready = False
         state.last_error = reason
         state.pending.clear()
