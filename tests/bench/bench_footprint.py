@@ -8,7 +8,7 @@
    after unloading it.
 2. Which of torch, transformers, sentence_transformers, sglang, numpy, safetensors the
    worker process imported (all its life), and the same for a script that imports
-   ``sie_worker.app`` and ``sie_worker.cli`` and creates the app.
+   ``sie_worker.worker.app`` and ``sie_worker.cli`` and creates the app.
 
 Target: RSS <= 100 MB with no engines; none of torch, transformers or sglang imported.
 
@@ -43,7 +43,7 @@ _APP_PROBE = textwrap.dedent(
     """
     import json, os, sys, psutil
     import sie_worker.cli
-    from sie_worker.app import create_app
+    from sie_worker.worker.app import create_app
     from sie_worker.settings import Settings
     create_app(Settings.from_env(os.environ))
     heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))

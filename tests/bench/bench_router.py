@@ -40,10 +40,10 @@ from pathlib import Path
 
 import anyio
 import httpx
-from sie_worker.router import create_router_app
-from sie_worker.router_policy import Decision, SlotView
-from sie_worker.router_settings import RouterSettings
-from sie_worker.router_state import RoutingPolicy
+from sie_worker.router.app import create_router_app
+from sie_worker.router.policy import Decision, SlotView
+from sie_worker.router.settings import RouterSettings
+from sie_worker.router.state import RoutingPolicy
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response

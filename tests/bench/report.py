@@ -490,7 +490,7 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         "generators: the upstream side (`Response.aiter_raw`) was "
         f"{focus('worker@baseline fast', upstream_httpx)} of the baseline's samples with a "
         f"fast engine, {per_event('worker@baseline fast', upstream_httpx)}. "
-        "**Fix:** streams go through `sie_worker.stream_client`, an asyncio "
+        "**Fix:** streams go through `sie_worker.http.stream_client`, an asyncio "
         "protocol that sends the one request and lets httptools (the C parser uvicorn "
         "already uses) undo the chunked framing; its buffer is what the relay takes from. "
         f"The upstream side (`{upstream_raw}`) is now "
@@ -748,7 +748,7 @@ def _footprint_section(footprint: Mapping[str, Any] | None) -> str:
             f"exit: heavy ones: {', '.join(serve['heavy']) or 'none'} ({serve['modules']} "
             "modules in all); its memory maps list "
             f"{len(footprint['serve_mapped_heavy_files'])} torch/transformers/sglang files. A "
-            "script that imports `sie_worker.app` and `sie_worker.cli` and creates the app: "
+            "script that imports `sie_worker.worker.app` and `sie_worker.cli` and creates the app: "
             f"{', '.join(probe['heavy']) or 'none'} ({probe['modules']} modules, "
             f"{probe['rss_mb']:.1f} MB RSS).",
             "",

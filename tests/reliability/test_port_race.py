@@ -16,12 +16,12 @@ import socket
 
 import httpx
 import pytest
-from sie_worker import ports
-from sie_worker.config import parse_config
-from sie_worker.engine import EngineProcess, PortInUse
-from sie_worker.manager import ModelManager
-from sie_worker.metrics import WorkerMetrics
+from sie_worker.config.reader import parse_config
 from sie_worker.settings import Settings
+from sie_worker.worker import ports
+from sie_worker.worker.engine_process import EngineProcess, PortInUse
+from sie_worker.worker.manager import ModelManager
+from sie_worker.worker.metrics import WorkerMetrics
 
 from tests.support.engine_fixtures import FakeEngineFactory
 from tests.support.worker_fixtures import fake_model

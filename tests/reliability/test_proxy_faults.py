@@ -16,7 +16,7 @@ import asyncio
 import httpx
 import pytest
 from sie_worker.errors import EngineUnavailable
-from sie_worker.proxy import Lease, forward
+from sie_worker.worker.proxy import Lease, forward
 
 
 def _reset_during_connect(request: httpx.Request) -> httpx.Response:

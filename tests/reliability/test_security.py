@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from sie_worker.middleware import auth
-from sie_worker.middleware.auth import BearerAuth
+from sie_worker.http import auth
+from sie_worker.http.auth import BearerAuth
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse

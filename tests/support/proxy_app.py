@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 from sie_worker.errors import SieError
-from sie_worker.proxy import Lease, forward
+from sie_worker.worker.proxy import Lease, forward
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response

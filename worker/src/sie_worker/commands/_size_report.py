@@ -11,11 +11,11 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from sie_worker.capacity import Gpu, WorkloadChoice
-from sie_worker.config import ServedModel
+from sie_worker.config.model import ServedModel
 from sie_worker.errors import Problem
-from sie_worker.modelstats import ModelStats, Weights
-from sie_worker.sizing import Hardware, Plan, PoolSuggestion
+from sie_worker.sizing.capacity import Gpu, WorkloadChoice
+from sie_worker.sizing.model_stats import ModelStats, Weights
+from sie_worker.sizing.plan import Hardware, Plan, PoolSuggestion
 
 __all__ = ["Report", "to_json", "to_table"]
 

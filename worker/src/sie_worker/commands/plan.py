@@ -16,15 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sie_worker import ports
-from sie_worker.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
 from sie_worker.commands.validate import settings_for
-from sie_worker.config import DEFAULT_PROFILE, load_config_file, served_model
+from sie_worker.config.loadtime import adapter_of, resolve_load_options
+from sie_worker.config.model import DEFAULT_PROFILE, served_model
+from sie_worker.config.reader import load_config_file
 from sie_worker.errors import InvalidConfig, Problem
-from sie_worker.gpus import GpuError
-from sie_worker.launch import plan_launch
-from sie_worker.loadtime import adapter_of, resolve_load_options
 from sie_worker.settings import SettingsError
+from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
+from sie_worker.sizing.gpus import GpuError
+from sie_worker.worker import ports
+from sie_worker.worker.launch import plan_launch
 
 __all__ = ["register", "run"]
 

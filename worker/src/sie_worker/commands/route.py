@@ -10,7 +10,7 @@ import sys
 from types import FrameType
 from typing import Any
 
-from sie_worker.router_settings import DEFAULT_ROUTER_PORT, RouterSettings, RouterSettingsError
+from sie_worker.router.settings import DEFAULT_ROUTER_PORT, RouterSettings, RouterSettingsError
 
 __all__ = ["register", "run"]
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from sie_worker.router import create_router_app
+    from sie_worker.router.app import create_router_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("sie_worker.router").info(

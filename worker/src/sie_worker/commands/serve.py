@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     )
     # httpx logs every request at info: the readiness polling of engines would flood the log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    from sie_worker.config import load_config_dir
+    from sie_worker.config.reader import load_config_dir
     from sie_worker.settings import Settings, SettingsError
 
     try:
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from sie_worker.app import create_app
+    from sie_worker.worker.app import create_app
 
     class _Server(uvicorn.Server):
         """Exit 0 after a SIGTERM: it is how a pod is asked to stop (uvicorn would re-raise
@@ -116,6 +116,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _served_ids(config: Any) -> list[str]:
-    from sie_worker.config import served_models
+    from sie_worker.config.model import served_models
 
     return [s.id for s in served_models(config)]

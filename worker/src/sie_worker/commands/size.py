@@ -20,7 +20,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sie_worker.capacity import (
+from sie_worker.commands import _size_report
+from sie_worker.config.loadtime import declared_width
+from sie_worker.config.model import DEFAULT_PROFILE, ServedModel, served_model
+from sie_worker.config.model_shape import ModelPathError, find_config_json
+from sie_worker.config.reader import load_config_file
+from sie_worker.errors import InvalidConfig, Problem
+from sie_worker.sizing.capacity import (
     GPU_TYPE_ENV,
     Gpu,
     add_gpu_arguments,
@@ -29,14 +35,14 @@ from sie_worker.capacity import (
     warnings_for,
     workload_for,
 )
-from sie_worker.commands import _size_report
-from sie_worker.config import DEFAULT_PROFILE, ServedModel, load_config_file, served_model
-from sie_worker.errors import InvalidConfig, Problem
-from sie_worker.gpus import GpuError, known_types
-from sie_worker.loadtime import declared_width
-from sie_worker.modelshape import ModelPathError, find_config_json
-from sie_worker.modelstats import ModelStatsError, Weights, read_model_stats, resolve_weights
-from sie_worker.sizing import Hardware, ModelSize, plan, plan_weights_only
+from sie_worker.sizing.gpus import GpuError, known_types
+from sie_worker.sizing.model_stats import (
+    ModelStatsError,
+    Weights,
+    read_model_stats,
+    resolve_weights,
+)
+from sie_worker.sizing.plan import Hardware, ModelSize, plan, plan_weights_only
 
 __all__ = ["register", "run"]
 

@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sie_worker.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
-from sie_worker.config import ModelConfig, config_files, load_config_file, served_models
+from sie_worker.config.loadtime import resolve_load_options
+from sie_worker.config.model import ModelConfig, served_models
+from sie_worker.config.reader import config_files, load_config_file
 from sie_worker.errors import InvalidConfig, Problem
-from sie_worker.gpus import GpuError
-from sie_worker.loadtime import resolve_load_options
 from sie_worker.settings import Settings, SettingsError
+from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
+from sie_worker.sizing.gpus import GpuError
 
 __all__ = ["register", "run", "settings_for"]
 

@@ -1,0 +1,344 @@
+"""The pod's slot router (``sie-worker route``): one endpoint in front of the pod's workers.
+
+Each slot is one worker on a localhost port. OpenAI requests go to the slot the policy in
+:mod:`sie_worker.router.policy` picks for their ``model``; model management calls go to a
+slot named by ``?slot=N`` or ``X-SIE-Slot: N``, else to where the model lives (``load``
+and ``pin`` of a model that lives nowhere go where a request would). ``/v1/models`` and
+``/v1/devices`` merge every slot's answer and say which slot serves what.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sie_worker.errors import (
+    EngineUnavailable,
+    NotFound,
+    UnknownModel,
+)
+from sie_worker.http.auth import BearerAuth
+from sie_worker.http.errors import EXCEPTION_HANDLERS
+from sie_worker.router.merge import merge_devices, merge_models
+from sie_worker.router.metrics import RouterMetrics
+from sie_worker.router.policy import Decision
+from sie_worker.router.relay import (
+    RelayResponse,
+    Upstream,
+    fan_out,
+    forward_headers,
+)
+from sie_worker.router.request import SLOT_HEADER, model_of, named_slot, read_body, request_target
+from sie_worker.router.settings import RouterSettings
+from sie_worker.router.state import RoutingPolicy, SlotTable
+
+__all__ = ["SLOT_HEADER", "build_client", "create_router_app"]
+
+_OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+_ACTIONS = ("load", "unload", "pin", "unpin")
+_Pick = Callable[[frozenset[int]], Awaitable[Decision]]  # slot choice, given slots to avoid
+
+
+def build_client(settings: RouterSettings) -> httpx.AsyncClient:
+    """The pooled client the router uses for every worker call (never the env's proxies)."""
+    return httpx.AsyncClient(
+        trust_env=False,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+        timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
+    )
+
+
+def create_router_app(
+    settings: RouterSettings,
+    *,
+    client: httpx.AsyncClient | None = None,
+    policy: RoutingPolicy | None = None,
+) -> Starlette:
+    """The router app; ``client`` (e.g. over ``MockTransport``) replaces the pooled one."""
+    router = _Router(settings, client, policy)
+    routes = [
+        Route("/healthz", router.healthz, methods=["GET"]),
+        Route("/readyz", router.readyz, methods=["GET"]),
+        Route("/metrics", router.metrics, methods=["GET"]),
+        Route("/v1/models", router.list_models, methods=["GET"]),
+        Route("/v1/devices", router.list_devices, methods=["GET"]),
+        Route("/v1/models/{rest:path}", router.model_call, methods=["GET", "POST"]),
+        *[Route(p, router.openai, methods=["POST"]) for p in _OPENAI_PATHS],
+        Route("/v1/configs", router.configs, methods=["GET"]),
+        Route("/v1/configs/{rest:path}", router.configs, methods=["GET", "PUT", "DELETE"]),
+        Route("/v1/{rest:path}", router.passthrough, methods=["GET", "POST", "PUT", "DELETE"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(BearerAuth, api_key=settings.api_key)],
+        exception_handlers=dict(EXCEPTION_HANDLERS),
+        lifespan=router.lifespan,
+    )
+    app.state.table = router.table
+    return app
+
+
+class _Router:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        client: httpx.AsyncClient | None,
+        policy: RoutingPolicy | None,
+    ) -> None:
+        self.settings = settings
+        self.table = SlotTable(settings, RouterMetrics(settings.slot_count), policy=policy)
+        self._injected = client
+        self._client: httpx.AsyncClient | None = client
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise RuntimeError("the router app was not started (lifespan not run)")
+        return self._client
+
+    @asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._client = self._injected or build_client(self.settings)
+        try:
+            async with anyio.create_task_group() as tg:
+                for slot in range(self.settings.slot_count):
+                    tg.start_soon(self.table.run_poller, slot, self._client)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            if self._injected is None:
+                await self._client.aclose()
+
+    # -- probes and metrics --------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        body = {
+            "status": "ready" if self.table.any_ready() else "not_ready",
+            "slots": self._slot_summaries(),
+        }
+        return JSONResponse(body, status_code=200 if self.table.any_ready() else 503)
+
+    async def metrics(self, request: Request) -> Response:
+        data = generate_latest(self.table.metrics.registry)
+        return Response(data, headers={"content-type": CONTENT_TYPE_LATEST})
+
+    # -- merged views --------------------------------------------------------------------
+
+    async def list_models(self, request: Request) -> Response:
+        answers = await self._ask_all("/v1/models", request)
+        return JSONResponse(
+            {"object": "list", "data": merge_models(answers), "slots": self._slot_summaries()}
+        )
+
+    async def list_devices(self, request: Request) -> Response:
+        answers = await self._ask_all("/v1/devices", request)
+        return JSONResponse({"devices": merge_devices(answers), "slots": self._slot_summaries()})
+
+    # -- model calls ---------------------------------------------------------------------
+
+    async def model_call(self, request: Request) -> Response:
+        rest: str = request.path_params["rest"]
+        model, _, action = rest.rpartition("/")
+        if request.method == "GET":
+            return await self._get_model(rest, request)
+        if action not in _ACTIONS or not model:
+            raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{{','.join(_ACTIONS)}}}")
+        named = named_slot(request, self.settings.slot_count)
+        # Only calls that bring the model in are recorded as a load on their slot.
+        loads = action in ("load", "pin")
+        upstream = await self._upstream(request, model=model if loads else None)
+        if named is not None:
+            return self._relay(upstream, self._to_named(named))
+        await self._first_poll()
+        if action != "load":
+            holders = self._holders(model, pinned_only=action == "unpin")
+            if holders:
+                return await fan_out(self.table, self.client, upstream, holders)
+            if action != "pin":
+                return self._relay(upstream, self._to_any)
+        return self._relay(upstream, self._by_policy(model))
+
+    async def _get_model(self, model: str, request: Request) -> Response:
+        answers = await self._ask_all("/v1/models", request)
+        for entry in merge_models(answers):
+            if entry.get("id") == model:
+                return JSONResponse(entry)
+        raise UnknownModel(f"model {model!r} is not configured on any slot of this pod")
+
+    # -- OpenAI requests and the rest ----------------------------------------------------
+
+    async def openai(self, request: Request) -> Response:
+        upstream = await self._upstream(request, model=None)
+        model = model_of(upstream.body)
+        upstream = Upstream(
+            upstream.method, upstream.target, upstream.headers, upstream.body, model
+        )
+        named = named_slot(request, self.settings.slot_count)
+        if named is not None:
+            return self._relay(upstream, self._to_named(named))
+        await self._first_poll()
+        return self._relay(upstream, self._by_policy(model))
+
+    async def configs(self, request: Request) -> Response:
+        named = named_slot(request, self.settings.slot_count)
+        upstream = await self._upstream(request, model=None)
+        if named is not None:
+            return self._relay(upstream, self._to_named(named))
+        await self._first_poll()
+        if request.method == "GET":
+            return self._relay(upstream, self._to_any)
+        # Every slot serves the same config set, so writes go to all that answer.
+        up = [s.index for s in self.table.slots if s.up]
+        if not up:
+            raise self._no_slot()
+        return await fan_out(self.table, self.client, upstream, up)
+
+    async def passthrough(self, request: Request) -> Response:
+        named = named_slot(request, self.settings.slot_count)
+        upstream = await self._upstream(request, model=None)
+        await self._first_poll()
+        route = self._to_named(named) if named is not None else self._to_any
+        return self._relay(upstream, route)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _relay(self, upstream: Upstream, route: _Pick) -> Response:
+        return RelayResponse(self.table, upstream, route)
+
+    def _by_policy(self, model: str) -> _Pick:
+        async def route(exclude: frozenset[int]) -> Decision:
+            deadline = time.monotonic() + self.settings.queue_timeout_s
+            queued = False
+            try:
+                while True:
+                    decision = self.table.decide(model, exclude=exclude)
+                    if decision is None:
+                        raise self._no_slot()
+                    if decision.reason != "wait":
+                        return decision
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return Decision(decision.slot, "least_outstanding")
+                    if not queued:
+                        self.table.metrics.queued.inc()
+                        queued = True
+                    with anyio.move_on_after(remaining):
+                        await self.table.changed()
+            finally:
+                if queued:
+                    self.table.metrics.queued.dec()
+
+        return route
+
+    async def _to_any(self, exclude: frozenset[int]) -> Decision:
+        candidates = [s for s in self.table.slots if s.up and s.index not in exclude]
+        if not candidates:
+            raise self._no_slot()
+        best = min(candidates, key=lambda s: (s.outstanding, s.index))
+        return Decision(best.index, "least_outstanding")
+
+    def _to_named(self, slot: int) -> _Pick:
+        async def route(exclude: frozenset[int]) -> Decision:
+            state = self.table.slots[slot]
+            # A named slot is tried unless it is out of rotation: one slow first poll
+            # does not make a slot "not answering" (three in a row, or a refusal, do).
+            if slot in exclude or state.down:
+                raise EngineUnavailable(
+                    f"slot {slot} ({state.url}) is not answering: {state.last_error}"
+                )
+            return Decision(slot, "named_slot")
+
+        return route
+
+    def _holders(self, model: str, *, pinned_only: bool) -> list[int]:
+        holders = []
+        for view in self.table.views():
+            entry = view.models.get(model)
+            if not view.up or entry is None:
+                continue
+            if entry.pinned if pinned_only else entry.state in ("ready", "loading"):
+                holders.append(view.index)
+        return holders
+
+    def _no_slot(self) -> EngineUnavailable:
+        detail = "; ".join(
+            f"slot {s.index} ({s.url}): {s.last_error or 'not polled yet'}"
+            for s in self.table.slots
+        )
+        return EngineUnavailable(f"no slot of this pod is answering ({detail})")
+
+    async def _first_poll(self) -> None:
+        """Right after start, wait (bounded) until every slot was polled once."""
+        if self.table.polled_once.is_set():
+            return
+        metrics = self.table.metrics
+        metrics.queued.inc()
+        try:
+            with anyio.move_on_after(self.settings.poll_timeout_s + 1.0):
+                await self.table.polled_once.wait()
+        finally:
+            metrics.queued.dec()
+
+    async def _upstream(self, request: Request, *, model: str | None) -> Upstream:
+        body = await read_body(request, self.settings.max_body_bytes)
+        return Upstream(
+            method=request.method,
+            target=request_target(request),
+            headers=forward_headers(request.scope["headers"]),
+            body=body,
+            model=model,
+        )
+
+    async def _ask_all(self, path: str, request: Request) -> dict[int, Any]:
+        """GET ``path`` from every answering slot at once; slots that fail are left out."""
+        headers = {
+            k: v
+            for k, v in forward_headers(request.scope["headers"])
+            if k.lower() == "authorization"
+        }
+        answers: dict[int, Any] = {}
+
+        async def ask(slot: int, url: str) -> None:
+            try:
+                r = await self.client.get(
+                    url + path, headers=headers, timeout=self.settings.poll_timeout_s
+                )
+                if r.status_code == 200:
+                    answers[slot] = r.json()
+            except (httpx.HTTPError, ValueError):
+                return
+
+        async with anyio.create_task_group() as tg:
+            for s in self.table.slots:
+                if s.up:
+                    tg.start_soon(ask, s.index, s.url)
+        return dict(sorted(answers.items()))
+
+    def _slot_summaries(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "slot": s.index,
+                "port": self.settings.worker_ports[s.index],
+                "up": s.up,
+                "ready": s.up and s.ready,
+                "inflight": s.outstanding,
+                "error": None if s.up else s.last_error,
+            }
+            for s in self.table.slots
+        ]

@@ -1,0 +1,332 @@
+"""The worker's HTTP app: ``create_app(settings, configs)`` wires routes, middleware, errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sie_worker.config.model import ModelConfig, served_models
+from sie_worker.errors import (
+    InvalidRequest,
+    SieError,
+    UnknownModel,
+)
+from sie_worker.http.auth import BearerAuth
+from sie_worker.http.body_limit import BodyLimit
+from sie_worker.http.errors import EXCEPTION_HANDLERS
+from sie_worker.settings import Settings
+from sie_worker.worker import openapi
+from sie_worker.worker.config_store import ConfigStore, parse_body, plain
+from sie_worker.worker.manager import ModelManager
+from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.proxy import Lease, forward
+
+__all__ = ["create_app"]
+
+_log = logging.getLogger("sie_worker.app")
+_PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
+_GRAMMAR_KEYS = ("regex", "ebnf", "json_schema", "structural_tag")
+_ENDPOINT_TASK = {
+    "/v1/chat/completions": "generate",
+    "/v1/completions": "generate",
+    "/v1/embeddings": "encode",
+}
+
+
+def create_app(
+    settings: Settings,
+    configs: Mapping[str, ModelConfig] | None = None,
+    *,
+    client: httpx.AsyncClient | None = None,
+    base_env: Mapping[str, str] | None = None,
+) -> Starlette:
+    """Build the worker app. ``configs`` are the model configs read at start (by sie_id)."""
+    configs = dict(configs or {})
+    metrics = WorkerMetrics(len(settings.devices))
+    store = ConfigStore(settings.config_dir, settings.config_api)
+    store.remember(configs)
+    owns_client = client is None
+    http = client or httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        trust_env=False,
+    )
+    manager = ModelManager(
+        settings, http, metrics, configs, base_env=os.environ if base_env is None else base_env
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        for path in store.remove_stale_temp_files():
+            _log.warning("removed a config temp file left by an interrupted write: %s", path)
+        manager.start()
+        try:
+            yield
+        finally:
+            await manager.shutdown()
+            if owns_client:
+                await http.aclose()
+
+    routes = [
+        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/readyz", _readyz, methods=["GET"]),
+        Route("/metrics", _metrics, methods=["GET"]),
+        Route("/openapi.json", _openapi, methods=["GET"]),
+        Route("/v1/models", _list_models, methods=["GET"]),
+        Route("/v1/devices", _list_devices, methods=["GET"]),
+        Route("/v1/models/{model_id:path}/load", _load, methods=["POST"]),
+        Route("/v1/models/{model_id:path}/unload", _unload, methods=["POST"]),
+        Route("/v1/models/{model_id:path}/pin", _pin, methods=["POST"]),
+        Route("/v1/models/{model_id:path}/unpin", _unpin, methods=["POST"]),
+        Route("/v1/models/{model_id:path}", _get_model, methods=["GET"]),
+        Route("/v1/chat/completions", _openai, methods=["POST"]),
+        Route("/v1/completions", _openai, methods=["POST"]),
+        Route("/v1/embeddings", _openai, methods=["POST"]),
+        Route("/v1/configs", _list_configs, methods=["GET"]),
+        Route("/v1/configs/{sie_id:path}", _get_config, methods=["GET"]),
+        Route("/v1/configs/{sie_id:path}", _put_config, methods=["PUT"]),
+        Route("/v1/configs/{sie_id:path}", _delete_config, methods=["DELETE"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
+            Middleware(BearerAuth, api_key=settings.api_key),
+        ],
+        exception_handlers=dict(EXCEPTION_HANDLERS),
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.manager = manager
+    app.state.store = store
+    app.state.metrics = metrics
+    app.state.http = http
+    return app
+
+
+# --- probes and metrics ------------------------------------------------------------------
+
+
+async def _healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _readyz(request: Request) -> Response:
+    manager: ModelManager = request.app.state.manager
+    if manager.ready:
+        return JSONResponse({"status": "ready"})
+    waiting = [r.id for r in manager.records.values() if r.pinned and r.state != "ready"]
+    return JSONResponse({"status": "not ready", "waiting_for": waiting}, status_code=503)
+
+
+async def _metrics(request: Request) -> Response:
+    metrics: WorkerMetrics = request.app.state.metrics
+    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def _openapi(request: Request) -> Response:
+    return JSONResponse(openapi.spec())
+
+
+# --- models and devices ------------------------------------------------------------------
+
+
+def _manager(request: Request) -> ModelManager:
+    manager: ModelManager = request.app.state.manager
+    return manager
+
+
+async def _list_models(request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": _manager(request).model_entries()})
+
+
+async def _get_model(request: Request) -> Response:
+    manager = _manager(request)
+    return JSONResponse(manager.model_entry(manager.record(request.path_params["model_id"])))
+
+
+async def _list_devices(request: Request) -> Response:
+    return JSONResponse({"devices": _manager(request).device_entries()})
+
+
+async def _load(request: Request) -> Response:
+    return JSONResponse(await _manager(request).load(request.path_params["model_id"]))
+
+
+async def _unload(request: Request) -> Response:
+    return JSONResponse(await _manager(request).unload(request.path_params["model_id"]))
+
+
+async def _pin(request: Request) -> Response:
+    return JSONResponse(await _manager(request).pin(request.path_params["model_id"]))
+
+
+async def _unpin(request: Request) -> Response:
+    return JSONResponse(await _manager(request).unpin(request.path_params["model_id"]))
+
+
+# --- OpenAI requests ---------------------------------------------------------------------
+
+
+async def _openai(request: Request) -> Response:
+    manager = _manager(request)
+    metrics: WorkerMetrics = request.app.state.metrics
+    path = request.url.path
+    body = await request.body()
+    payload = _payload(body)
+    model_id = payload["model"]
+    record = manager.record(model_id)
+    target = _grammar_target(record.served.config, record.id, payload)
+    if target is not None and target != model_id:
+        model_id, record = target, manager.record(target)
+        body = json.dumps({**payload, "model": target}).encode()
+    task = _ENDPOINT_TASK[path]
+    if task not in record.served.config.tasks:
+        raise InvalidRequest(
+            f"{model_id} does not serve {path}: its config declares tasks "
+            f"{sorted(record.served.config.tasks)}, not {task!r}"
+        )
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    started = time.monotonic()
+    try:
+        lease = await manager.acquire(model_id, wait_s=_prefer_wait(request))
+    except SieError as error:
+        metrics.request_duration.labels(model=model_id, code=str(error.status)).observe(
+            time.monotonic() - started
+        )
+        error.headers.setdefault("x-request-id", request_id)
+        raise
+    _observe_on_release(lease, metrics, started)
+    return await forward(
+        request.app.state.http,
+        lease,
+        path,
+        body,
+        request.headers,
+        stream=payload.get("stream") is True,
+        request_id=request_id,
+    )
+
+
+def _observe_on_release(lease: Lease, metrics: WorkerMetrics, started: float) -> None:
+    release = lease.on_release
+
+    def observed() -> None:
+        release()
+        metrics.request_duration.labels(model=lease.model, code=lease.status).observe(
+            time.monotonic() - started
+        )
+
+    lease.on_release = observed
+
+
+def _payload(body: bytes) -> dict[str, Any]:
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
+        raise InvalidRequest("the request body is not valid JSON") from None
+    if not isinstance(payload, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("the request body needs a 'model' string (see GET /v1/models)")
+    return payload
+
+
+def _grammar_target(config: ModelConfig, model_id: str, payload: dict[str, Any]) -> str | None:
+    """A grammar-constrained request to the base model goes to its ``grammar_profile``."""
+    if config.grammar_profile is None or model_id != config.sie_id:
+        return None
+    response_format = payload.get("response_format")
+    constrained = any(payload.get(k) is not None for k in _GRAMMAR_KEYS) or (
+        isinstance(response_format, dict)
+        and response_format.get("type") in ("json_schema", "json_object", "regex", "ebnf")
+    )
+    return f"{config.sie_id}:{config.grammar_profile}" if constrained else None
+
+
+def _prefer_wait(request: Request) -> float | None:
+    """``Prefer: wait=N`` (RFC 7240): wait at most N seconds for a load, else 503."""
+    prefer = request.headers.get("prefer")
+    if not prefer:
+        return None
+    match = _PREFER_WAIT.search(prefer)
+    return float(match.group(1)) if match else None
+
+
+# --- Config API --------------------------------------------------------------------------
+
+
+def _store(request: Request) -> ConfigStore:
+    store: ConfigStore = request.app.state.store
+    return store
+
+
+def _config_entry(manager: ModelManager, store: ConfigStore, config: ModelConfig) -> dict[str, Any]:
+    path = store.paths.get(config.sie_id)
+    return {
+        "id": config.sie_id,
+        "object": "config",
+        "file": str(path) if path else None,
+        "models": [s.id for s in served_models(config)],
+    }
+
+
+def _configs(manager: ModelManager) -> dict[str, ModelConfig]:
+    return {r.served.config.sie_id: r.served.config for r in manager.records.values()}
+
+
+async def _list_configs(request: Request) -> Response:
+    store = _store(request)
+    store.check_readable()
+    manager = _manager(request)
+    data = [_config_entry(manager, store, c) for c in _configs(manager).values()]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def _get_config(request: Request) -> Response:
+    store = _store(request)
+    store.check_readable()
+    sie_id = request.path_params["sie_id"]
+    config = _configs(_manager(request)).get(sie_id)
+    if config is None:
+        raise UnknownModel(f"no config with id {sie_id!r}; GET /v1/configs lists them")
+    return JSONResponse(plain(config.raw))
+
+
+async def _put_config(request: Request) -> Response:
+    store = _store(request)
+    store.check_writable()
+    sie_id = request.path_params["sie_id"]
+    # The file it goes to (ids that cannot name a file are refused before the body is read);
+    # a relative model_path in the body resolves against that file's folder.
+    target = store.paths.get(sie_id) or store.path_for(sie_id)
+    body = await request.body()
+    config, media = parse_body(
+        body, request.headers.get("content-type", ""), base_dir=target.parent
+    )
+    created = await store.write(sie_id, config, body, media)
+    manager = _manager(request)
+    await manager.apply_config(config)
+    return JSONResponse(_config_entry(manager, store, config), status_code=201 if created else 200)
+
+
+async def _delete_config(request: Request) -> Response:
+    store = _store(request)
+    sie_id = request.path_params["sie_id"]
+    await store.delete(sie_id)
+    await _manager(request).remove_config(sie_id)
+    return JSONResponse({"id": sie_id, "object": "config", "deleted": True})

@@ -1,0 +1,155 @@
+"""``sie-worker plan``: the argv and env a load would use, or the refusal."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sie_worker.cli import main
+from sie_worker.worker.ports import ENGINE_PORTS, RENDEZVOUS_PORTS
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = ROOT / "values-examples" / "models"
+SEED = EXAMPLES / "my-large-model.yaml"
+QWEN = EXAMPLES / "qwen2.5-32b-instruct.yaml"
+HARNESS = ROOT / "tests" / "support" / "sglang_parser_harness.py"
+FOUR = "cuda:0,cuda:1,cuda:2,cuda:3"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for key in list(os.environ):
+        if key.startswith("SIE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+
+def plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["plan", *args]) == 0
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def test_seed_example_on_four_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    result = plan(capsys, str(SEED), "--devices", FOUR)
+    assert list(result) == ["model", "width", "devices", "argv", "env"]
+    assert result["model"] == "my-org/my-large-model"
+    assert result["width"] == 4
+    assert result["devices"] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert result["env"] == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    argv = result["argv"]
+    assert argv[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    assert argv[argv.index("--tp-size") + 1] == "4"
+    assert int(argv[argv.index("--port") + 1]) in ENGINE_PORTS
+    assert int(argv[argv.index("--nccl-port") + 1]) in RENDEZVOUS_PORTS
+    assert argv[-1] == "--disable-prefill-cuda-graph"
+
+
+def test_model_goes_on_the_first_block(capsys: pytest.CaptureFixture[str]) -> None:
+    result = plan(capsys, str(QWEN), "--devices", "cuda:4,cuda:5,cuda:6,cuda:7")
+    assert result["devices"] == ["cuda:4", "cuda:5"]
+    assert result["env"]["CUDA_VISIBLE_DEVICES"] == "4,5"
+
+
+def test_profile_option_plans_that_served_model(capsys: pytest.CaptureFixture[str]) -> None:
+    result = plan(capsys, str(QWEN), "--devices", FOUR, "--profile", "long-context")
+    assert result["model"] == "Qwen/Qwen2.5-32B-Instruct:long-context"
+    assert result["width"] == 4
+    assert result["env"] == {"NCCL_DEBUG": "WARN", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    argv = result["argv"]
+    assert argv[argv.index("--nccl-port") + 1] == "31000"
+
+
+def test_sie_devices_is_used_without_devices(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIE_DEVICES", FOUR)
+    assert plan(capsys, str(SEED))["width"] == 4
+
+
+def test_bundle_spelling_follows_the_installed_release(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIE_BUNDLE", "sglang")
+    argv = plan(capsys, str(SEED), "--devices", FOUR)["argv"]
+    # The venv's installed SGLang (0.5.23) decides, not the bundle's usual release.
+    assert argv[-1] == "--disable-prefill-cuda-graph"
+
+
+def test_refused_load_exits_1_with_the_refusal(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(SEED), "--devices", "cuda:0,cuda:1"]) == 1
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith(
+        f"{SEED}: $.profiles.default.adapter_options.loadtime.tensor_parallel_size: 4 needs 4 GPUs"
+    )
+
+
+def test_without_devices_one_device_refuses_width_4(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(SEED)]) == 1
+    assert "this worker has 1 device(s)" in capsys.readouterr().out
+
+
+def test_unknown_profile_exits_1_naming_the_profiles(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(QWEN), "--devices", FOUR, "--profile", "fast"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{QWEN}: $.profiles: ")
+    assert "profiles: default, long-context, structured" in out
+
+
+def test_invalid_file_exits_1_with_every_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(SEED.read_text() + '    extra_launch_args: ["--tp=2", "--host", "x"]\n')
+    assert main(["plan", str(path), "--devices", FOUR]) == 1
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_transformers_model_plans_the_default_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "sie_id: minilm\nhf_id: sentence-transformers/all-MiniLM-L6-v2\n"
+        "tasks: {encode: {max_sequence_length: 256}}\nprofiles: {default: {}}\n"
+    )
+    result = plan(capsys, str(path), "--devices", "cpu")
+    assert result["argv"][1:3] == ["-m", "sie_worker.engines.transformers"]
+    assert "--nccl-port" not in result["argv"]
+    assert result["env"] == {"CUDA_VISIBLE_DEVICES": ""}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="sglang is not installed")
+def test_printed_argv_is_accepted_by_sglangs_parser() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "sie_worker", "plan", str(SEED), "--devices", FOUR],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=env,
+    )
+    argv = json.loads(done.stdout)["argv"]
+    parsed = subprocess.run(
+        [sys.executable, str(HARNESS)],
+        input=json.dumps({"argvs": [argv[3:]], "server_args": True}),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        env={**env, "HF_HUB_OFFLINE": "1"},
+    )
+    [result] = json.loads(parsed.stdout)["argvs"]
+    assert result["ok"], result["error"]
+    assert (result["values"]["tp_size"], result["values"]["model_path"]) == (
+        4,
+        "my-org/my-large-model",
+    )

@@ -1,0 +1,358 @@
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sie_worker.cli import main
+from sie_worker.sizing.gpus import GPU_MEMORY_BYTES
+
+GB = 1e9
+REPO = Path(__file__).resolve().parents[3]
+
+# Seed 004, Example 1: Llama 3.1 shapes (config.json fields) and parameter counts.
+LLAMA: dict[str, tuple[float, dict[str, Any]]] = {
+    "8B": (8.03e9, {"num_hidden_layers": 32, "num_attention_heads": 32,
+                    "num_key_value_heads": 8, "hidden_size": 4096}),
+    "70B": (70.6e9, {"num_hidden_layers": 80, "num_attention_heads": 64,
+                     "num_key_value_heads": 8, "hidden_size": 8192}),
+    "405B": (405e9, {"num_hidden_layers": 126, "num_attention_heads": 128,
+                     "num_key_value_heads": 8, "hidden_size": 16384}),
+}  # fmt: skip
+
+
+def _model(
+    tmp_path: Path,
+    shape: dict[str, Any],
+    *,
+    checkpoint_bytes: float | None = None,
+    width: int = 1,
+    kv_budget_tokens: int | None = None,
+    context_length: int = 8192,
+) -> Path:
+    """A model config whose model_path holds a synthetic config.json (and index)."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps({**shape, "torch_dtype": "bfloat16"}))
+    if checkpoint_bytes is not None:
+        index = {"metadata": {"total_size": int(checkpoint_bytes)}, "weight_map": {}}
+        (model_dir / "model.safetensors.index.json").write_text(json.dumps(index))
+    loadtime = (
+        "      loadtime:\n"
+        f"        tensor_parallel_size: {width}\n"
+        "        request_read_timeout_s: 600\n"
+        "        startup_timeout_s: 900\n"
+    )
+    budget = f"    kv_budget_tokens: {kv_budget_tokens}\n" if kv_budget_tokens else ""
+    config = tmp_path / "model.yaml"
+    config.write_text(
+        "sie_id: test-org/llama\n"
+        "hf_id: test-org/llama\n"
+        "model_path: model\n"
+        f"tasks:\n  generate:\n    context_length: {context_length}\n"
+        "profiles:\n  default:\n"
+        "    compute_precision: bfloat16\n"
+        f"{budget}"
+        "    adapter_path: sie_server.adapters.sglang.generation:SGLangGenerationAdapter\n"
+        "    adapter_options:\n"
+        f"{loadtime}"
+    )
+    return config
+
+
+def _size_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["size", *argv, "--json"]) == 0
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
+SEED_004_TABLE = [
+    ("8B", 16, 16.1, 34.4, 50.4, 1),
+    ("8B", 8, 8.0, 34.4, 42.4, 1),
+    ("8B", 4.5, 4.5, 34.4, 38.9, 1),
+    ("70B", 16, 141.2, 85.9, 227.1, 4),
+    ("70B", 8, 70.6, 85.9, 156.5, 3),
+    ("70B", 4.5, 39.7, 85.9, 125.6, 2),
+    ("405B", 16, 810.0, 135.3, 945.3, 14),
+    ("405B", 8, 405.0, 135.3, 540.3, 8),
+    ("405B", 4.5, 227.8, 135.3, 363.1, 6),
+]
+
+
+@pytest.mark.parametrize(("name", "bits", "weights", "kv", "total", "gpus"), SEED_004_TABLE)
+def test_size_reproduces_seed_004_why_split_table_from_config_json(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    bits: float,
+    weights: float,
+    kv: float,
+    total: float,
+    gpus: int,
+) -> None:
+    params, shape = LLAMA[name]
+    # The BF16 checkpoint's bytes come from the safetensors index; other precisions
+    # rescale its parameter count with --bits.
+    config = _model(tmp_path, shape, checkpoint_bytes=params * 2)
+    bits_args = [] if bits == 16 else ["--bits", str(bits)]
+    out = _size_json(
+        capsys, str(config), "--gpu-memory", "80GB", "--usable", "0.9",
+        "--context", "8192", "--sequences", "32", *bits_args,
+    )  # fmt: skip
+    assert round(out["weights_bytes"] / GB, 1) == weights
+    assert round(out["kv_bytes_total"] / GB, 1) == kv
+    assert round(out["total_bytes"] / GB, 1) == total
+    assert out["min_gpus"] == gpus
+    assert out["params"] == pytest.approx(params)
+
+
+@pytest.mark.parametrize(("name", "kib"), [("8B", 128), ("70B", 320), ("405B", 504)])
+def test_size_reports_seed_004_kv_per_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, kib: int
+) -> None:
+    params, shape = LLAMA[name]
+    config = _model(tmp_path, shape, checkpoint_bytes=params * 2)
+    out = _size_json(capsys, str(config), "--gpu-type", "h100")
+    assert out["kv_bytes_per_token"] == kib * 1024
+
+
+def test_size_says_405b_bf16_needs_more_than_one_engine_spans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params, shape = LLAMA["405B"]
+    config = _model(tmp_path, shape, checkpoint_bytes=params * 2)
+    out = _size_json(capsys, str(config), "--gpu-type", "h100", "--sequences", "32")
+    assert out["width"] is None
+    assert out["pool"] is None
+    assert "needs 14 GPUs" in out["width_reason"]
+
+
+# Seed 001 gpus_needed: 140 GB (70B fp16) and 40 GB (4-bit 70B) of weights, KV reserve 40%.
+@pytest.mark.parametrize(
+    ("params", "context", "need_gb", "raw", "tp"),
+    [("70B", 170_899, 196.0, 3, 4), ("20B", 48_829, 56.0, 1, 1)],
+)
+def test_size_reproduces_seed_001_gpus_needed(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    params: str,
+    context: int,
+    need_gb: float,
+    raw: int,
+    tp: int,
+) -> None:
+    # 0.4 x weights of KV at 320 KiB per token is `context` tokens (rounded up).
+    config = _model(tmp_path, LLAMA["70B"][1])
+    out = _size_json(
+        capsys, str(config), "--gpu-type", "a100-80gb", "--params", params,
+        "--context", str(context), "--sequences", "1",
+    )  # fmt: skip
+    assert round(out["total_bytes"] / GB, 1) == need_gb
+    assert round(out["gpu"]["usable_bytes"] / GB, 1) == 72.0
+    assert out["min_gpus"] == raw
+    assert out["width"] == tp
+
+
+def test_fourteen_heads_never_get_width_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shape = {"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+             "hidden_size": 896}  # fmt: skip
+    config = _model(tmp_path, shape)
+    # 50 GB of weights on 24 GB L4s need 3 GPUs; no width from 3 to 8 splits 14 heads.
+    out = _size_json(capsys, str(config), "--gpu-type", "l4", "--params", "25B")
+    assert out["min_gpus"] == 3
+    assert out["valid_widths"] == [1, 2]
+    assert out["width"] is None
+    out = _size_json(capsys, str(config), "--gpu-type", "l4", "--params", "12B")
+    assert (out["min_gpus"], out["width"]) == (2, 2)
+
+
+def test_defaults_come_from_the_config_context_and_kv_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _model(tmp_path, LLAMA["8B"][1], kv_budget_tokens=65536, context_length=16384)
+    out = _size_json(capsys, str(config), "--gpu-type", "h100", "--params", "8.03B")
+    assert (out["context_tokens"], out["sequences"]) == (16384, 4)
+    assert out["context_source"] == "tasks.generate.context_length"
+    assert out["declared"] == {"tensor_parallel_size": 1, "kv_budget_tokens": 65536}
+
+
+def test_gpu_type_defaults_to_the_chart_env(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIE_GPU_TYPE", "h200")
+    config = _model(tmp_path, LLAMA["8B"][1])
+    out = _size_json(capsys, str(config), "--params", "8B")
+    assert out["gpu"]["memory_bytes"] == 141 * 10**9
+    assert out["gpu"]["source"] == "SIE_GPU_TYPE"
+
+
+def test_config_json_is_found_in_the_hugging_face_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "hub" / "models--test-org--cached"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text(json.dumps(LLAMA["70B"][1]))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    config = tmp_path / "cached.yaml"
+    config.write_text(
+        "sie_id: test-org/cached\nhf_id: test-org/cached\n"
+        "tasks:\n  generate:\n    context_length: 8192\n"
+        "profiles:\n  default:\n    compute_precision: bfloat16\n"
+    )
+    out = _size_json(capsys, str(config), "--gpu-type", "h100", "--params", "70B")
+    assert out["config_json"] == str(repo / "snapshots" / commit / "config.json")
+    assert out["shape"]["kv_heads"] == 8
+
+
+def test_warns_when_a_model_that_fits_one_gpu_is_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params, shape = LLAMA["8B"]
+    config = _model(tmp_path, shape, checkpoint_bytes=params * 2, width=2, kv_budget_tokens=32768)
+    out = _size_json(capsys, str(config), "--gpu-type", "h100")
+    assert len(out["warnings"]) == 1
+    assert out["warnings"][0]["path"].endswith("loadtime.tensor_parallel_size")
+    assert "fits one GPU" in out["warnings"][0]["message"]
+    assert out["width"] == 1
+
+
+def test_warns_when_declared_width_cannot_hold_the_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params, shape = LLAMA["70B"]
+    config = _model(tmp_path, shape, checkpoint_bytes=params * 2, width=1)
+    assert main(["size", str(config), "--gpu-type", "h100"]) == 0
+    table = capsys.readouterr().out
+    assert "warning: $.profiles.default.adapter_options.loadtime.tensor_parallel_size" in table
+    assert "cannot hold the weights" in " ".join(table.split())
+
+
+def test_table_fits_80_columns_and_shows_the_pool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params, shape = LLAMA["70B"]
+    config = _model(tmp_path, shape, checkpoint_bytes=params * 2, width=2, kv_budget_tokens=262144)
+    assert main(["size", str(config), "--gpu-type", "h100", "--sequences", "32"]) == 0
+    table = capsys.readouterr().out
+    assert max(len(line) for line in table.splitlines()) <= 80
+    assert re.search(r"^min GPUs\s+4 \(2 for the weights alone\)$", table, re.M)
+    assert "    count: 4\n    deviceGroup: true\n  shmSize: 32Gi" in table
+
+
+def test_weights_only_plan_without_config_json_needs_params(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    config = tmp_path / "remote.yaml"
+    config.write_text(
+        "sie_id: test-org/remote\nhf_id: test-org/remote\n"
+        "tasks:\n  generate:\n    context_length: 8192\nprofiles:\n  default: {}\n"
+    )
+    assert main(["size", str(config), "--gpu-type", "h100"]) == 1
+    err = capsys.readouterr().err
+    assert "no config.json" in err
+    assert "--params" in err
+    out = _size_json(capsys, str(config), "--gpu-type", "h100", "--params", "70.6B")
+    assert out["shape"] is None
+    assert out["kv_bytes_per_token"] is None
+    assert out["min_gpus"] == 2
+    assert out["width"] == 2
+    assert "head counts" in out["width_reason"]
+
+
+def test_unknown_gpu_type_lists_the_known_ones_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _model(tmp_path, LLAMA["8B"][1])
+    assert main(["size", str(config), "--gpu-type", "a100", "--params", "8B"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown GPU type 'a100'" in err
+    assert all(name in err for name in GPU_MEMORY_BYTES)
+
+
+def test_no_gpu_named_is_an_error_that_names_the_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SIE_GPU_TYPE", raising=False)
+    config = _model(tmp_path, LLAMA["8B"][1])
+    assert main(["size", str(config), "--params", "8B"]) == 1
+    err = capsys.readouterr().err
+    assert "--gpu-type" in err
+    assert "--gpu-memory" in err
+
+
+def test_invalid_config_prints_its_problems_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("sie_id: x\n")
+    assert main(["size", str(config), "--gpu-type", "h100"]) == 1
+    assert str(config) in capsys.readouterr().err
+
+
+def test_every_json_field_is_documented_in_the_readme(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params, shape = LLAMA["70B"]
+    config = _model(tmp_path, shape, checkpoint_bytes=params * 2)
+    out = _size_json(capsys, str(config), "--gpu-type", "h100")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Sizing", 1)[1].split("\n## ", 1)[0]
+    nested = [f"{k}" for v in out.values() if isinstance(v, dict) for k in v]
+    missing = [k for k in [*out, *nested] if f"`{k}`" not in section and k not in section]
+    assert missing == []
+
+
+def test_size_runs_as_a_real_command(tmp_path: Path) -> None:
+    params, shape = LLAMA["8B"]
+    config = _model(tmp_path, shape, checkpoint_bytes=params * 2)
+    result = subprocess.run(
+        [sys.executable, "-m", "sie_worker", "size", str(config), "--gpu-type", "l4", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    # 16.1 GB of weights on a 24 GB L4 at 0.9 (21.6 GB): one GPU, 5.5 GB left for KV.
+    assert out["width"] == 1
+    assert out["kv_budget_bytes_per_replica"] == round(21.6e9 - 16.06e9)
+
+
+def test_chart_readme_worked_example_matches_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (REPO / "chart" / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Sizing\n", 1)[1].split("\n## ", 1)[0]
+    config_text = section.split("```yaml\n# llama-70b.yaml\n", 1)[1].split("```", 1)[0]
+    console = section.split("```console\n", 1)[1].split("```", 1)[0]
+    command = "$ sie-worker size llama-70b.yaml --gpu-type h100\n"
+    shown = console.split(command, 1)[1]
+    # The HF cache as `hf download` leaves it: config.json and the index of seed 004's 70B.
+    params, shape = LLAMA["70B"]
+    snapshot = tmp_path / "hub" / "models--meta-llama--Llama-3.1-70B-Instruct" / "snapshots" / "c"
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("c" * 40)
+    snapshot = snapshot.rename(snapshot.parent / ("c" * 40))
+    (snapshot / "config.json").write_text(json.dumps({**shape, "torch_dtype": "bfloat16"}))
+    index = {"metadata": {"total_size": int(params * 2)}, "weight_map": {}}
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps(index))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "llama-70b.yaml").write_text(config_text)
+    assert main(["size", "llama-70b.yaml", "--gpu-type", "h100"]) == 0
+    assert capsys.readouterr().out == shown

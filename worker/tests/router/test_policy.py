@@ -1,0 +1,284 @@
+"""The routing decision (pure): the order of preferences, tie-breaks and optimistic records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sie_worker.router.policy import (
+    Decision,
+    ModelView,
+    SlotView,
+    choose_slot,
+    free_run,
+    record_dispatch,
+    record_served,
+)
+
+MODELS = ("a", "b", "c", "d")
+
+
+def slot(
+    index: int,
+    *,
+    devices: Sequence[str | None] = (None,),
+    models: dict[str, ModelView] | None = None,
+    outstanding: int = 0,
+    up: bool = True,
+) -> SlotView:
+    return SlotView(
+        index=index,
+        up=up,
+        outstanding=outstanding,
+        devices=tuple((f"cuda:{i}", held) for i, held in enumerate(devices)),
+        models=models or {},
+    )
+
+
+def ready(last_used: float | None = None, **kw: object) -> ModelView:
+    return ModelView(state="ready", last_used=last_used, **kw)  # type: ignore[arg-type]
+
+
+def test_ready_slot_wins_over_free_devices_and_least_outstanding_among_ready() -> None:
+    slots = [
+        slot(0, devices=[None]),
+        slot(1, devices=["a"], models={"a": ready()}, outstanding=5),
+        slot(2, devices=["a"], models={"a": ready()}, outstanding=2),
+    ]
+    assert choose_slot("a", slots) == Decision(2, "ready")
+
+
+def test_loading_slot_is_chosen_before_a_free_device() -> None:
+    slots = [
+        slot(0, devices=[None]),
+        slot(1, devices=["a"], models={"a": ModelView(state="loading")}, outstanding=9),
+    ]
+    assert choose_slot("a", slots) == Decision(1, "loading")
+
+
+def test_free_device_goes_to_least_outstanding_slot() -> None:
+    slots = [
+        slot(0, devices=[None], outstanding=3),
+        slot(1, devices=["b"], models={"b": ready()}),
+        slot(2, devices=[None], outstanding=1),
+    ]
+    assert choose_slot("a", slots) == Decision(2, "free_device")
+
+
+def test_free_device_needs_a_contiguous_run_as_wide_as_the_model() -> None:
+    wide = ModelView(state="unloaded", width=2)
+    split = slot(0, devices=[None, "b", None], models={"a": wide, "b": ready()})
+    whole = slot(1, devices=["c", None, None], models={"a": wide, "c": ready()}, outstanding=4)
+    assert choose_slot("a", [split, whole]) == Decision(1, "free_device")
+
+
+def test_full_pod_evicts_on_the_slot_whose_lru_model_has_been_idle_longest() -> None:
+    slots = [
+        slot(0, devices=["a"], models={"a": ready(300.0)}),
+        slot(1, devices=["b"], models={"b": ready(100.0)}, outstanding=7),
+        slot(2, devices=["c"], models={"c": ready(200.0)}),
+    ]
+    assert choose_slot("d", slots) == Decision(1, "evict_lru")
+
+
+def test_pinned_models_are_never_the_eviction_victim() -> None:
+    slots = [
+        slot(0, devices=["a"], models={"a": ready(1.0, pinned=True)}),
+        slot(1, devices=["b"], models={"b": ready(500.0)}),
+    ]
+    assert choose_slot("c", slots) == Decision(1, "evict_lru")
+
+
+def test_busy_models_are_evicted_after_idle_ones_and_unknown_idle_times() -> None:
+    slots = [
+        slot(0, devices=["a"], models={"a": ready(1.0, inflight=2)}),
+        slot(1, devices=["b"], models={"b": ready(None)}),
+    ]
+    assert choose_slot("c", slots) == Decision(1, "evict_lru")
+
+
+def test_only_pinned_models_left_falls_back_to_least_outstanding() -> None:
+    slots = [
+        slot(0, devices=["a"], models={"a": ready(pinned=True)}, outstanding=2),
+        slot(1, devices=["b"], models={"b": ready(pinned=True)}, outstanding=1),
+    ]
+    assert choose_slot("c", slots) == Decision(1, "least_outstanding")
+
+
+def test_full_pod_with_only_loading_models_waits_instead_of_queueing_a_switch() -> None:
+    slots = [
+        slot(0, devices=["a"], models={"a": ModelView(state="loading")}, outstanding=3),
+        slot(1, devices=["b"], models={"b": ready(pinned=True)}),
+    ]
+    assert choose_slot("c", slots) == Decision(1, "wait")
+
+
+def test_down_and_excluded_slots_are_never_chosen() -> None:
+    slots = [
+        slot(0, devices=["a"], models={"a": ready()}, up=False),
+        slot(1, devices=["a"], models={"a": ready()}),
+        slot(2, devices=[None]),
+    ]
+    assert choose_slot("a", slots) == Decision(1, "ready")
+    assert choose_slot("a", slots, exclude={1}) == Decision(2, "free_device")
+    assert choose_slot("a", slots, exclude={1, 2}) is None
+
+
+def test_failed_model_counts_as_not_loaded() -> None:
+    slots = [
+        slot(0, devices=[None], models={"a": ModelView(state="failed")}, outstanding=1),
+        slot(1, devices=[None]),
+    ]
+    assert choose_slot("a", slots) == Decision(1, "free_device")
+
+
+def test_record_dispatch_marks_model_loading_on_a_free_device() -> None:
+    before = slot(0, devices=[None, None], models={"a": ModelView()})
+    after = record_dispatch(before, "a")
+    assert after.models["a"].state == "loading"
+    assert after.devices == (("cuda:0", "a"), ("cuda:1", None))
+
+
+def test_record_dispatch_evicts_least_recently_used_unpinned_model() -> None:
+    before = slot(
+        0,
+        devices=["b", "c"],
+        models={"a": ModelView(), "b": ready(200.0), "c": ready(100.0)},
+    )
+    after = record_dispatch(before, "a")
+    assert after.models["c"].state == "unloaded"
+    assert after.models["b"].state == "ready"
+    assert after.devices == (("cuda:0", "b"), ("cuda:1", "a"))
+
+
+def test_record_dispatch_ignores_models_the_worker_does_not_list() -> None:
+    before = slot(0, devices=[None])
+    assert record_dispatch(before, "ghost") == before
+
+
+def test_free_run_counts_the_longest_contiguous_free_stretch() -> None:
+    devices = [("d0", None), ("d1", "x"), ("d2", None), ("d3", None), ("d4", "y")]
+    assert free_run(devices) == 2
+    assert free_run([]) == 0
+
+
+# -- properties over random pods ---------------------------------------------------------
+
+_model_view = st.builds(
+    ModelView,
+    state=st.sampled_from(["unloaded", "loading", "ready", "failed"]),
+    width=st.integers(1, 2),
+    pinned=st.booleans(),
+    last_used=st.none() | st.floats(0, 1000, allow_nan=False),
+    inflight=st.integers(0, 3),
+)
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> list[SlotView]:
+    count = draw(st.integers(1, 5))
+    slots = []
+    for index in range(count):
+        models = draw(st.dictionaries(st.sampled_from(MODELS), _model_view, max_size=4))
+        holders = [m for m, v in models.items() if v.state in ("ready", "loading")]
+        devices = draw(st.lists(st.sampled_from([None, *holders]), min_size=1, max_size=4))
+        slots.append(
+            slot(
+                index,
+                devices=devices,
+                models=models,
+                outstanding=draw(st.integers(0, 5)),
+                up=draw(st.booleans()),
+            )
+        )
+    return slots
+
+
+def _expected_tier(model: str, slots: list[SlotView]) -> str | None:
+    up = [s for s in slots if s.up]
+    if not up:
+        return None
+    if any(s.state_of(model) == "ready" for s in up):
+        return "ready"
+    if any(s.state_of(model) == "loading" for s in up):
+        return "loading"
+    width = {s.index: s.models[model].width if model in s.models else 1 for s in up}
+    if any(free_run(s.devices) >= width[s.index] for s in up):
+        return "free_device"
+    if any(v.state == "ready" and not v.pinned for s in up for v in s.models.values()):
+        return "evict_lru"
+    if any(v.state == "loading" for s in up for v in s.models.values()):
+        return "wait"
+    return "least_outstanding"
+
+
+@settings(max_examples=200, deadline=None)
+@given(pods(), st.sampled_from(MODELS))
+def test_decision_follows_the_preference_order(slots: list[SlotView], model: str) -> None:
+    decision = choose_slot(model, slots)
+    tier = _expected_tier(model, slots)
+    if tier is None:
+        assert decision is None
+        return
+    assert decision is not None
+    assert decision.reason == tier
+    chosen = slots[decision.slot]
+    assert chosen.up
+    if tier in ("ready", "loading"):
+        peers = [s for s in slots if s.up and s.state_of(model) == tier]
+        assert chosen.state_of(model) == tier
+        assert chosen.outstanding == min(s.outstanding for s in peers)
+    if tier in ("wait", "least_outstanding"):
+        assert chosen.outstanding == min(s.outstanding for s in slots if s.up)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pods(), st.sampled_from(MODELS), st.randoms(use_true_random=False))
+def test_decision_does_not_depend_on_the_order_slots_are_listed(
+    slots: list[SlotView], model: str, rnd: object
+) -> None:
+    shuffled = list(slots)
+    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    assert choose_slot(model, shuffled) == choose_slot(model, slots)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pods(), st.sampled_from(MODELS))
+def test_a_burst_follows_the_first_dispatch_to_the_same_slot(
+    slots: list[SlotView], model: str
+) -> None:
+    first = choose_slot(model, slots)
+    if first is None or first.reason == "wait" or model not in slots[first.slot].models:
+        return
+    recorded = list(slots)
+    recorded[first.slot] = record_dispatch(slots[first.slot], model)
+    again = choose_slot(model, recorded)
+    assert again is not None
+    assert again.slot == first.slot
+    assert again.reason in ("ready", "loading")
+
+
+@settings(max_examples=150, deadline=None)
+@given(pods(), st.sampled_from(MODELS))
+def test_record_dispatch_never_evicts_pinned_or_loading_models(
+    slots: list[SlotView], model: str
+) -> None:
+    for before in slots:
+        after = record_dispatch(before, model)
+        for name, view in before.models.items():
+            if name != model and (view.pinned or view.state == "loading"):
+                assert after.models[name] == view
+        claimed = [held for _, held in after.devices if held == model]
+        if model in before.models and before.state_of(model) not in ("ready", "loading"):
+            assert after.state_of(model) == "loading"
+            assert len(claimed) in (0, before.models[model].width)
+
+
+def test_record_served_marks_a_dispatched_model_ready() -> None:
+    before = record_dispatch(slot(0, devices=[None], models={"a": ModelView()}), "a")
+    after = record_served(before, "a")
+    assert after.models["a"].state == "ready"
+    assert after.devices == (("cuda:0", "a"),)
+    assert record_served(slot(0), "ghost") == slot(0)

@@ -1,0 +1,145 @@
+"""Slot state: parsing worker answers, optimistic records against polls, leaving rotation."""
+
+from __future__ import annotations
+
+import pytest
+
+from sie_worker.router.metrics import RouterMetrics
+from sie_worker.router.policy import ModelView
+from sie_worker.router.settings import RouterSettings
+from sie_worker.router.state import PollError, SlotTable, parse_devices, parse_models
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def table(slots: int = 2, **kw: object) -> tuple[SlotTable, Clock]:
+    settings = RouterSettings(worker_ports=tuple(range(9000, 9000 + slots)), **kw)  # type: ignore[arg-type]
+    clock = Clock()
+    return SlotTable(settings, RouterMetrics(slots), clock=clock), clock
+
+
+def _up(t: SlotTable, slot: int) -> bool:
+    return t.slots[slot].up
+
+
+FREE = (("cuda:0", None),)
+MODELS = {"a": ModelView(), "b": ModelView()}
+
+
+def test_parse_models_reads_worker_fields_and_treats_missing_extras_as_unknown() -> None:
+    body = {
+        "object": "list",
+        "data": [
+            {
+                "id": "a",
+                "state": "ready",
+                "devices": ["cuda:0", "cuda:1"],
+                "width": 2,
+                "pinned": True,
+                "error": None,
+                "last_used": 1700000000,
+                "inflight": 3,
+            },
+            {"id": "org/b:fast", "state": "unloaded", "devices": [], "pinned": False},
+        ],
+    }
+    models = parse_models(body)
+    assert models["a"] == ModelView("ready", 2, True, 1700000000.0, 3)
+    assert models["org/b:fast"] == ModelView("unloaded", 1, False, None, 0)
+
+
+@pytest.mark.parametrize("body", [[], {"data": "x"}, {"data": [{"state": "ready"}]}, {"data": [1]}])
+def test_parse_models_refuses_shapes_that_are_not_the_workers(body: object) -> None:
+    with pytest.raises(ValueError, match="/v1/models"):
+        parse_models(body)
+
+
+def test_parse_devices_keeps_order_and_free_devices() -> None:
+    body = {"devices": [{"device": "cuda:0", "model": "a"}, {"device": "cuda:1", "model": None}]}
+    assert parse_devices(body) == (("cuda:0", "a"), ("cuda:1", None))
+    with pytest.raises(ValueError, match="/v1/devices"):
+        parse_devices({"devices": [{"model": "a"}]})
+
+
+def test_dispatch_is_visible_until_a_poll_started_after_it_lands() -> None:
+    t, clock = table()
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    poll_started = clock()
+    t.dispatched(0, "a", "free_device")
+    assert t.views()[0].state_of("a") == "loading"
+    t.apply_poll(0, poll_started, dict(MODELS), FREE, True)  # began before the dispatch
+    assert t.views()[0].state_of("a") == "loading"
+    t.apply_poll(0, clock(), {"a": ModelView("ready"), "b": ModelView()}, (("cuda:0", "a"),), True)
+    assert t.slots[0].pending == []
+    assert t.views()[0].state_of("a") == "ready"
+
+
+def test_a_served_request_marks_its_model_ready_before_the_next_poll() -> None:
+    t, clock = table()
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    t.dispatched(0, "a", "free_device")
+    t.finished(0, "a", changed=True, served=True)
+    assert t.views()[0].state_of("a") == "ready"
+    assert t.decide("a").reason == "ready"  # type: ignore[union-attr]
+
+
+def test_a_failed_request_leaves_its_model_loading_until_the_poll_says_otherwise() -> None:
+    t, clock = table()
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    t.dispatched(0, "a", "free_device")
+    t.finished(0, "a", changed=True, served=False)
+    assert t.views()[0].state_of("a") == "loading"
+    t.apply_poll(0, clock(), {"a": ModelView("failed"), "b": ModelView()}, FREE, True)
+    assert t.views()[0].state_of("a") == "failed"
+
+
+def test_outstanding_and_per_model_inflight_follow_dispatch_and_finish() -> None:
+    t, clock = table()
+    t.apply_poll(0, clock(), {"a": ModelView("ready")}, (("cuda:0", "a"),), True)
+    t.dispatched(0, "a", "ready")
+    t.dispatched(0, "a", "ready")
+    view = t.views()[0]
+    assert (view.outstanding, view.models["a"].inflight) == (2, 2)
+    t.finished(0, "a", changed=False, served=True)
+    t.finished(0, "a", changed=False, served=True)
+    view = t.views()[0]
+    assert (view.outstanding, view.models["a"].inflight) == (0, 0)
+
+
+def test_slot_leaves_rotation_after_repeated_poll_failures_and_aborts_its_requests() -> None:
+    t, clock = table(down_after_failures=2)
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    aborted: list[int] = []
+    t.slots[0].aborts.add(lambda: aborted.append(0))
+    t.poll_failed(0, PollError("timed out"))
+    assert _up(t, 0)
+    assert aborted == []
+    t.poll_failed(0, PollError("timed out"))
+    assert not _up(t, 0)
+    assert aborted == [0]
+    assert t.decide("a") is None
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    assert _up(t, 0)
+
+
+def test_refused_connection_takes_the_slot_out_at_once() -> None:
+    t, clock = table(down_after_failures=5)
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    t.poll_failed(0, PollError("refused", refused=True))
+    assert not _up(t, 0)
+
+
+def test_first_round_of_polls_is_signalled_once_every_slot_answered_or_failed() -> None:
+    t, clock = table(slots=2)
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    assert not t.polled_once.is_set()
+    t.poll_failed(1, PollError("refused", refused=True))
+    assert t.polled_once.is_set()
+    assert t.any_ready()

@@ -1,0 +1,37 @@
+"""Every module of the package keeps an honest ``__all__``: it names only what exists, and
+every public class or function the module defines is in it."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+import sie_worker
+
+MODULES = sorted(
+    info.name
+    for info in pkgutil.walk_packages(sie_worker.__path__, prefix="sie_worker.")
+    if not info.ispkg and info.name != "sie_worker.__main__"
+)
+
+
+def test_the_package_has_modules_in_every_part() -> None:
+    parts = {name.split(".")[1] for name in MODULES}
+    assert {"config", "worker", "router", "http", "sizing", "commands", "engines"} <= parts
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_exports_exactly_its_public_names(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = set(getattr(module, "__all__", ()))
+    assert all(hasattr(module, n) for n in exported), exported - set(vars(module))
+    defined = {
+        n
+        for n, v in vars(module).items()
+        if not n.startswith("_")
+        and getattr(v, "__module__", None) == module.__name__
+        and (isinstance(v, type) or callable(v))
+    }
+    assert defined <= exported, defined - exported

@@ -1,0 +1,113 @@
+"""EngineProcess against real fake-engine subprocesses."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+
+import httpx
+import psutil
+import pytest
+from tests.support.worker_fixtures import free_port
+
+from sie_worker.errors import LoadFailed, StartupTimeout
+from sie_worker.worker.engine_process import EngineProcess
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _argv(command: str, port: int) -> list[str]:
+    return [
+        *shlex.split(command),
+        "--model-path",
+        "org/m",
+        "--served-model-name",
+        "org/m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_ENGINE")}
+    env.update({"FAKE_ENGINE_MAX_LIFETIME_S": "120", **extra})
+    return env
+
+
+@pytest.mark.anyio
+async def test_engine_becomes_ready_and_stops_its_whole_process_group(
+    fake_engine_minimal_command: str,
+) -> None:
+    port = free_port()
+    engine = await EngineProcess.start(
+        "org/m", _argv(fake_engine_minimal_command, port), _env(FAKE_ENGINE_CHILDREN="2"), port
+    )
+    async with httpx.AsyncClient() as client:
+        await engine.wait_ready(client, "/health", timeout_s=30)
+        info = (await client.get(f"{engine.base_url}/_fake/info")).json()
+    ranks = info["children"]
+    assert len(ranks) == 2
+    assert os.getpgid(engine.pid) == engine.pid  # its own process group
+    code = await engine.stop(grace_s=5)
+    assert code == 0
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in ranks)
+    assert any("server_args" in line or "fake engine" in line for line in engine.tail)
+
+
+@pytest.mark.anyio
+async def test_engine_exiting_at_start_fails_the_load_with_code_and_output(
+    fake_engine_minimal_command: str,
+) -> None:
+    port = free_port()
+    engine = await EngineProcess.start(
+        "org/m", _argv(fake_engine_minimal_command, port), _env(FAKE_ENGINE_EXIT_AT_START="7"), port
+    )
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(LoadFailed, match="exited during startup with code 7") as caught:
+            await engine.wait_ready(client, "/health", timeout_s=30)
+    assert "last engine output" in caught.value.message
+    await engine.stop(grace_s=1)
+
+
+@pytest.mark.anyio
+async def test_engine_never_ready_times_out(fake_engine_minimal_command: str) -> None:
+    port = free_port()
+    engine = await EngineProcess.start(
+        "org/m", _argv(fake_engine_minimal_command, port), _env(FAKE_ENGINE_NEVER_READY="1"), port
+    )
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(StartupTimeout, match=r"startup_timeout_s=0\.5s"):
+            await engine.wait_ready(client, "/health", timeout_s=0.5)
+    await engine.stop(grace_s=5)
+    assert engine.returncode is not None
+
+
+@pytest.mark.anyio
+async def test_engine_ignoring_sigterm_is_killed_after_the_grace_period(
+    fake_engine_minimal_command: str,
+) -> None:
+    port = free_port()
+    engine = await EngineProcess.start(
+        "org/m",
+        _argv(fake_engine_minimal_command, port),
+        _env(FAKE_ENGINE_IGNORE_SIGTERM="1"),
+        port,
+    )
+    async with httpx.AsyncClient() as client:
+        await engine.wait_ready(client, "/health", timeout_s=30)
+    started = time.monotonic()
+    code = await engine.stop(grace_s=0.5)
+    assert code == -9
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.anyio
+async def test_a_missing_engine_binary_is_a_load_failure() -> None:
+    with pytest.raises(LoadFailed, match="cannot start engine"):
+        await EngineProcess.start("org/m", ["/nonexistent/engine"], {}, 1)

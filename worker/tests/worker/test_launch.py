@@ -1,0 +1,347 @@
+"""The engine's argv and environment (pure): mapping, order, version spellings, mask."""
+
+from __future__ import annotations
+
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sie_worker.config.loadtime import resolve_load_options
+from sie_worker.config.model import ServedModel, served_model
+from sie_worker.config.reader import parse_config
+from sie_worker.config.sglang_release import (
+    disable_cuda_graph_args,
+    engine_version,
+    prefill_graph_flag,
+    version_key,
+)
+from sie_worker.settings import Settings
+from sie_worker.worker.launch import engine_env, env_delta, plan_launch
+
+GENERATION = "sie_server.adapters.sglang.generation:SGLangGenerationAdapter"
+EMBEDDING = "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter"
+CHAT = "sie_server.adapters.sglang.chat:SGLangChatAdapter"
+TRANSFORMERS = "sie_server.adapters.transformers:TransformersAdapter"
+EIGHT = tuple(f"cuda:{i}" for i in range(8))
+
+
+def served(profile: dict[str, Any], *, profile_name: str = "default", **top: Any) -> ServedModel:
+    doc = {
+        "sie_id": "org/model",
+        "hf_id": "org/model-weights",
+        "tasks": {"generate": {"context_length": 8192, "max_output_tokens": 512}},
+        "profiles": {"default": profile},
+        **top,
+    }
+    return served_model(parse_config(doc, source="m.yaml"), profile_name)
+
+
+def seed_profile(**loadtime: Any) -> dict[str, Any]:
+    return {
+        "max_batch_tokens": 16384,
+        "compute_precision": "bfloat16",
+        "kv_budget_tokens": 32768,
+        "adapter_path": GENERATION,
+        "adapter_options": {
+            "loadtime": {
+                "tensor_parallel_size": 4,
+                "request_read_timeout_s": 600,
+                "startup_timeout_s": 900,
+                **loadtime,
+            }
+        },
+    }
+
+
+def argv_of(
+    model: ServedModel,
+    settings: Settings | None = None,
+    *,
+    version: str | None = "0.5.23",
+    devices: tuple[str, ...] | None = None,
+) -> list[str]:
+    settings = settings or Settings(devices=EIGHT, bundle="sglang")
+    options = resolve_load_options(model, settings, env={})
+    plan = plan_launch(
+        model,
+        options,
+        devices or settings.devices[: options.width],
+        port=30007,
+        nccl_port=options.nccl_port or 30407,
+        settings=settings,
+        sglang_version=version,
+    )
+    return list(plan.argv)
+
+
+def value_of(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_seed_example_argv_in_full() -> None:
+    assert argv_of(served(seed_profile())) == [
+        sys.executable, "-m", "sglang.launch_server",
+        "--model-path", "org/model-weights",
+        "--served-model-name", "org/model",
+        "--tp-size", "4",
+        "--host", "127.0.0.1",
+        "--port", "30007",
+        "--nccl-port", "30407",
+        "--dtype", "bfloat16",
+        "--context-length", "8192",
+        "--max-total-tokens", "32768",
+        "--max-prefill-tokens", "16384",
+        "--disable-prefill-cuda-graph",
+    ]  # fmt: skip
+
+
+def test_sglang_command_prefix_replaces_python_m_sglang() -> None:
+    settings = Settings(
+        devices=EIGHT, sglang_command=("numactl", "--interleave=all", "python3", "fake.py")
+    )
+    argv = argv_of(served(seed_profile()), settings)
+    assert argv[:5] == ["numactl", "--interleave=all", "python3", "fake.py", "--model-path"]
+
+
+def test_revision_is_passed_with_the_hub_id() -> None:
+    argv = argv_of(served(seed_profile(), revision="v1.2"))
+    assert value_of(argv, "--revision") == "v1.2"
+
+
+def test_local_model_path_replaces_the_hub_id_and_revision(tmp_path: Path) -> None:
+    argv = argv_of(served(seed_profile(), model_path=str(tmp_path), revision="v1"))
+    assert value_of(argv, "--model-path") == str(tmp_path)
+    assert "--revision" not in argv
+
+
+def test_non_default_profiles_are_served_under_their_own_name() -> None:
+    model = served(seed_profile(), profile_name="default")
+    doc = dict(model.config.raw)
+    doc["profiles"] = {**doc["profiles"], "fast": {"extends": "default"}}
+    fast = served_model(parse_config(doc, source=None), "fast")
+    assert value_of(argv_of(fast), "--served-model-name") == "org/model:fast"
+
+
+def test_nccl_port_is_always_passed_and_declared_ports_win() -> None:
+    assert value_of(argv_of(served(seed_profile(nccl_port=31000))), "--nccl-port") == "31000"
+    one = {"adapter_path": GENERATION}
+    assert value_of(argv_of(served(one)), "--nccl-port") == "30407"
+
+
+def test_optional_profile_fields_are_left_to_the_engine_when_unset() -> None:
+    argv = argv_of(served({"adapter_path": GENERATION}, tasks={"generate": {}}))
+    for flag in (
+        "--dtype",
+        "--context-length",
+        "--max-total-tokens",
+        "--max-prefill-tokens",
+        "--watchdog-timeout",
+        "--revision",
+        "--is-embedding",
+        "--chat-template",
+    ):
+        assert flag not in argv
+
+
+def test_embedding_adapter_adds_is_embedding_and_its_sequence_length() -> None:
+    model = served({"adapter_path": EMBEDDING}, tasks={"encode": {"max_sequence_length": 512}})
+    argv = argv_of(model)
+    assert "--is-embedding" in argv
+    assert value_of(argv, "--context-length") == "512"
+
+
+def test_chat_adapter_adds_its_template() -> None:
+    model = served(
+        {"adapter_path": CHAT, "adapter_options": {"loadtime": {"chat_template": "chatml"}}}
+    )
+    assert value_of(argv_of(model), "--chat-template") == "chatml"
+
+
+@pytest.mark.parametrize(("declared", "flag"), [(600, "600"), (120.5, "120.5"), (1, "1")])
+def test_watchdog_is_passed_in_seconds(declared: float, flag: str) -> None:
+    assert (
+        value_of(argv_of(served(seed_profile(watchdog_timeout_s=declared))), "--watchdog-timeout")
+        == flag
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "flag"),
+    [
+        ("0.5.23", "--disable-prefill-cuda-graph"),
+        ("0.5.20", "--disable-prefill-cuda-graph"),
+        ("0.5.20.post1", "--disable-prefill-cuda-graph"),
+        ("0.5.19", "--disable-piecewise-cuda-graph"),
+        ("0.5.10.post1", "--disable-piecewise-cuda-graph"),
+        ("0.4.10", "--disable-piecewise-cuda-graph"),
+    ],
+)
+def test_prefill_graph_flag_is_spelled_for_the_sglang_release(version: str, flag: str) -> None:
+    argv = argv_of(served(seed_profile()), version=version)
+    assert argv[-1] == flag
+    assert prefill_graph_flag(version) == flag
+
+
+def test_prefill_graph_flag_is_omitted_when_the_profile_keeps_capture_on() -> None:
+    argv = argv_of(served(seed_profile(disable_piecewise_cuda_graph=False)))
+    assert not any("piecewise" in a or "prefill-cuda-graph" in a for a in argv)
+
+
+@pytest.mark.parametrize(
+    ("version", "args"),
+    [
+        (
+            "0.5.23",
+            ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"],
+        ),
+        (
+            "0.5.19",
+            ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"],
+        ),
+        ("0.5.18", ["--disable-cuda-graph"]),
+        ("0.5.10.post1", ["--disable-cuda-graph"]),
+    ],
+)
+def test_disable_cuda_graph_replaces_the_prefill_flag(version: str, args: list[str]) -> None:
+    argv = argv_of(served(seed_profile(disable_cuda_graph=True)), version=version)
+    assert argv[-len(args) :] == args
+    assert prefill_graph_flag(version) not in argv
+    assert disable_cuda_graph_args(version) == tuple(args)
+
+
+def test_disable_cuda_graph_in_extra_launch_args_drops_the_prefill_flag() -> None:
+    profile = {**seed_profile(), "extra_launch_args": ["--disable-cuda-graph"]}
+    argv = argv_of(served(profile))
+    assert argv[-1] == "--disable-cuda-graph"
+    assert "--disable-prefill-cuda-graph" not in argv
+    assert "--cuda-graph-backend-decode" not in argv
+
+
+def test_extra_launch_args_come_last_in_order() -> None:
+    profile = {**seed_profile(), "extra_launch_args": ["--mem-fraction-static", "0.8", "--x"]}
+    assert argv_of(served(profile))[-3:] == ["--mem-fraction-static", "0.8", "--x"]
+
+
+def test_transformers_adapter_runs_the_default_engine() -> None:
+    model = served(
+        {
+            "adapter_path": TRANSFORMERS,
+            "compute_precision": "float32",
+            "adapter_options": {"loadtime": {"device": "cpu", "threads": 2, "max_batch_size": 8}},
+        },
+        tasks={"encode": {"max_sequence_length": 256}},
+        revision="main",
+    )
+    argv = argv_of(model, Settings(devices=("cpu",)))
+    assert argv == [
+        sys.executable, "-m", "sie_worker.engines.transformers",
+        "--model-path", "org/model-weights",
+        "--host", "127.0.0.1", "--port", "30007",
+        "--task", "encode", "--served-model-name", "org/model",
+        "--dtype", "float32",
+        "--device", "cpu", "--threads", "2", "--max-batch-size", "8",
+        "--revision", "main",
+        "--context-length", "256",
+    ]  # fmt: skip
+
+
+def test_transformers_plan_has_no_rendezvous_port() -> None:
+    model = served({"adapter_path": TRANSFORMERS}, tasks={"generate": {}})
+    settings = Settings(devices=("cpu",), sglang_command=("ignored",))
+    options = resolve_load_options(model, settings, env={})
+    plan = plan_launch(model, options, ("cpu",), port=30001, nccl_port=30401, settings=settings)
+    assert plan.nccl_port is None
+    assert plan.argv[1:3] == ("-m", "sie_worker.engines.transformers")
+    assert "--task" in plan.argv
+    assert plan.argv[plan.argv.index("--task") + 1] == "generate"
+
+
+# --- environment ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("devices", "mask"),
+    [(("cuda:2", "cuda:3"), "2,3"), (("cuda:0",), "0"), (("cpu",), ""), (("cpu:1",), "")],
+)
+def test_device_mask_comes_from_the_block(devices: tuple[str, ...], mask: str) -> None:
+    model = served({"extra_env": {"NCCL_DEBUG": "INFO"}})
+    assert env_delta(model, devices) == {"NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": mask}
+
+
+def test_mask_is_written_after_the_profile_environment() -> None:
+    model = served({"extra_env": {"A": "1", "B": "2"}})
+    assert list(env_delta(model, ("cuda:1",))) == ["A", "B", "CUDA_VISIBLE_DEVICES"]
+
+
+def test_engine_env_is_the_worker_env_then_the_delta() -> None:
+    model = served({**seed_profile(), "extra_env": {"PATH_EXTRA": "x", "SHARED": "profile"}})
+    settings = Settings(devices=EIGHT)
+    options = resolve_load_options(model, settings, env={})
+    plan = plan_launch(model, options, EIGHT[4:], port=1, nccl_port=2, settings=settings)
+    base = {"SHARED": "worker", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "HOME": "/h"}
+    assert engine_env(base, plan) == {
+        "SHARED": "profile",
+        "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+        "HOME": "/h",
+        "PATH_EXTRA": "x",
+    }
+
+
+def test_plan_summary_is_what_plan_prints() -> None:
+    model = served(seed_profile())
+    settings = Settings(devices=EIGHT)
+    options = resolve_load_options(model, settings, env={})
+    plan = plan_launch(model, options, EIGHT[2:6], port=30001, nccl_port=30401, settings=settings)
+    summary = plan.summary()
+    assert list(summary) == ["model", "width", "devices", "argv", "env"]
+    assert summary["devices"] == ["cuda:2", "cuda:3", "cuda:4", "cuda:5"]
+    assert summary["env"] == {"CUDA_VISIBLE_DEVICES": "2,3,4,5"}
+    assert (plan.health_path, plan.port, plan.nccl_port) == ("/health", 30001, 30401)
+
+
+def test_plan_refuses_a_block_of_the_wrong_size() -> None:
+    model = served(seed_profile())
+    settings = Settings(devices=EIGHT)
+    options = resolve_load_options(model, settings, env={})
+    with pytest.raises(ValueError, match="width 4 placed on 2 devices"):
+        plan_launch(model, options, EIGHT[:2], port=1, nccl_port=2, settings=settings)
+
+
+# --- which release ----------------------------------------------------------------------------
+
+
+def test_installed_release_is_read_from_metadata() -> None:
+    try:
+        installed = metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        pytest.skip("sglang is not installed")
+    assert engine_version("sglang", {"SIE_SGLANG_VERSION": "9.9.9"}) == installed
+
+
+def test_release_falls_back_to_the_environment_then_the_bundle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sie_worker.config import sglang_release as sglang_version
+
+    monkeypatch.setattr(sglang_version, "installed_version", lambda: None)
+    assert engine_version("sglang", {"SIE_SGLANG_VERSION": "0.5.21"}) == "0.5.21"
+    assert engine_version("sglang", {}) == "0.5.10.post1"
+    assert engine_version("sglang-cu130", {}) == "0.5.23"
+    assert engine_version("default", {}) == "0.5.23"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("0.5.23", (0, 5, 23)),
+        ("0.5.20.post1", (0, 5, 20)),
+        ("0.5", (0, 5, 0)),
+        ("0.6.0rc1", (0, 6, 0)),
+        ("1.0.0+cu130", (1, 0, 0)),
+    ],
+)
+def test_version_key(text: str, key: tuple[int, int, int]) -> None:
+    assert version_key(text) == key
