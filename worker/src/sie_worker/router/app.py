@@ -30,6 +30,7 @@ from sie_worker.errors import (
 )
 from sie_worker.http.auth import BearerAuth
 from sie_worker.http.errors import EXCEPTION_HANDLERS
+from sie_worker.http.request_id import RequestId
 from sie_worker.router.merge import merge_devices, merge_models
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import Decision
@@ -81,7 +82,7 @@ def create_router_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(BearerAuth, api_key=settings.api_key)],
+        middleware=[Middleware(RequestId), Middleware(BearerAuth, api_key=settings.api_key)],
         exception_handlers=dict(EXCEPTION_HANDLERS),
         lifespan=router.lifespan,
     )

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sie_worker.model_states import progress
+
 __all__ = ["merge_devices", "merge_models"]
 
-_RANK = {"ready": 3, "loading": 2, "failed": 1}
 _PER_SLOT_FIELDS = ("state", "devices", "pinned", "error", "last_used", "inflight")
 
 
@@ -30,7 +31,7 @@ def merge_models(answers: Mapping[int, Any]) -> list[dict[str, Any]]:
                 per_model.setdefault(entry["id"], []).append((slot, entry))
     merged = []
     for entries in per_model.values():
-        slot, best = max(entries, key=lambda pair: (_rank(pair[1]), -pair[0]))
+        slot, best = max(entries, key=lambda pair: (progress(pair[1].get("state")), -pair[0]))
         item = dict(best)
         item["slot"] = slot if best.get("state") in ("ready", "loading") else None
         item["slots"] = [
@@ -50,8 +51,3 @@ def merge_devices(answers: Mapping[int, Any]) -> list[dict[str, Any]]:
             continue
         devices.extend({"slot": slot, **d} for d in listed if isinstance(d, dict))
     return devices
-
-
-def _rank(entry: Mapping[str, Any]) -> int:
-    state = entry.get("state")
-    return _RANK.get(state, 0) if isinstance(state, str) else 0

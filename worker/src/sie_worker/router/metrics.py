@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from sie_worker.model_states import MODEL_STATES
 from sie_worker.router.policy import REASONS
 
 __all__ = ["RouterMetrics"]
-
-_STATES = ("unloaded", "loading", "ready", "failed")
 
 
 class RouterMetrics:
@@ -74,5 +73,5 @@ class RouterMetrics:
             self.slot_ready.labels(slot=str(slot)).set(0)
         for reason in REASONS:
             self.decisions.labels(reason=reason)
-        for state in _STATES:
+        for state in MODEL_STATES:
             self.models.labels(state=state).set(0)

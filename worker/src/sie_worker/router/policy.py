@@ -25,6 +25,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from sie_worker.model_states import ModelState
+
 __all__ = [
     "REASONS",
     "Decision",
@@ -55,7 +57,7 @@ REASONS: tuple[Reason, ...] = (
 class ModelView:
     """One model as one slot's worker reports it (``/v1/models``), plus the router's count."""
 
-    state: str = "unloaded"  # unloaded | loading | ready | failed
+    state: ModelState = "unloaded"
     width: int = 1
     pinned: bool = False
     last_used: float | None = None  # unix seconds; None when the worker does not say
@@ -72,7 +74,7 @@ class SlotView:
     devices: tuple[tuple[str, str | None], ...] = ()  # (device, model holding it or None)
     models: Mapping[str, ModelView] = field(default_factory=dict)
 
-    def state_of(self, model: str) -> str:
+    def state_of(self, model: str) -> ModelState:
         view = self.models.get(model)
         return view.state if view is not None else "unloaded"
 

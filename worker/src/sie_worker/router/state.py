@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import httpx
 
+from sie_worker.model_states import MODEL_STATES, parse_state
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import (
     Decision,
@@ -224,7 +225,7 @@ class SlotTable:
             self.metrics.slot_ready.labels(slot=label).set(1 if s.up and s.ready else 0)
             if s.up and s.polled is not None:
                 by_state.update(v.state for v in s.polled.models.values())
-        for state_name in ("unloaded", "loading", "ready", "failed"):
+        for state_name in MODEL_STATES:
             self.metrics.models.labels(state=state_name).set(by_state.get(state_name, 0))
 
     # -- the poll loop -------------------------------------------------------------------
@@ -306,7 +307,7 @@ def parse_models(body: Any) -> dict[str, ModelView]:
         last_used = entry.get("last_used")
         inflight = entry.get("inflight")
         models[entry["id"]] = ModelView(
-            state=str(entry.get("state", "unloaded")),
+            state=parse_state(entry.get("state")),
             width=width,
             pinned=entry.get("pinned") is True,
             last_used=_finite(last_used),

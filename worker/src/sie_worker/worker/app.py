@@ -6,9 +6,7 @@ import contextlib
 import json
 import logging
 import os
-import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -22,29 +20,29 @@ from starlette.routing import Route
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.errors import (
     InvalidRequest,
-    SieError,
     UnknownModel,
 )
 from sie_worker.http.auth import BearerAuth
 from sie_worker.http.body_limit import BodyLimit
 from sie_worker.http.errors import EXCEPTION_HANDLERS
+from sie_worker.http.request_id import REQUEST_ID_HEADER, RequestId
 from sie_worker.settings import Settings
 from sie_worker.worker import openapi
 from sie_worker.worker.config_store import ConfigStore, parse_body, plain
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.metrics import WorkerMetrics
-from sie_worker.worker.proxy import Lease, forward
+from sie_worker.worker.proxy import forward
+from sie_worker.worker.request import (
+    ENDPOINT_TASKS,
+    prefer_wait,
+    read_payload,
+    served_id,
+    task_of,
+)
 
 __all__ = ["create_app"]
 
 _log = logging.getLogger("sie_worker.app")
-_PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
-_GRAMMAR_KEYS = ("regex", "ebnf", "json_schema", "structural_tag")
-_ENDPOINT_TASK = {
-    "/v1/chat/completions": "generate",
-    "/v1/completions": "generate",
-    "/v1/embeddings": "encode",
-}
 
 
 def create_app(
@@ -92,9 +90,7 @@ def create_app(
         Route("/v1/models/{model_id:path}/pin", _pin, methods=["POST"]),
         Route("/v1/models/{model_id:path}/unpin", _unpin, methods=["POST"]),
         Route("/v1/models/{model_id:path}", _get_model, methods=["GET"]),
-        Route("/v1/chat/completions", _openai, methods=["POST"]),
-        Route("/v1/completions", _openai, methods=["POST"]),
-        Route("/v1/embeddings", _openai, methods=["POST"]),
+        *[Route(path, _openai, methods=["POST"]) for path in ENDPOINT_TASKS],
         Route("/v1/configs", _list_configs, methods=["GET"]),
         Route("/v1/configs/{sie_id:path}", _get_config, methods=["GET"]),
         Route("/v1/configs/{sie_id:path}", _put_config, methods=["PUT"]),
@@ -103,6 +99,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[
+            Middleware(RequestId),
             Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
             Middleware(BearerAuth, api_key=settings.api_key),
         ],
@@ -182,34 +179,24 @@ async def _unpin(request: Request) -> Response:
 
 
 async def _openai(request: Request) -> Response:
+    """parse -> the served model that answers -> a lease on its engine -> forward."""
+    started = time.monotonic()
     manager = _manager(request)
-    metrics: WorkerMetrics = request.app.state.metrics
     path = request.url.path
     body = await request.body()
-    payload = _payload(body)
-    model_id = payload["model"]
+    payload = read_payload(body)
+    asked = manager.record(payload["model"])
+    model_id = served_id(asked.served.config, asked.id, payload)
+    if model_id != asked.id:
+        body = json.dumps({**payload, "model": model_id}).encode()
     record = manager.record(model_id)
-    target = _grammar_target(record.served.config, record.id, payload)
-    if target is not None and target != model_id:
-        model_id, record = target, manager.record(target)
-        body = json.dumps({**payload, "model": target}).encode()
-    task = _ENDPOINT_TASK[path]
+    task = task_of(path)
     if task not in record.served.config.tasks:
         raise InvalidRequest(
             f"{model_id} does not serve {path}: its config declares tasks "
             f"{sorted(record.served.config.tasks)}, not {task!r}"
         )
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-    started = time.monotonic()
-    try:
-        lease = await manager.acquire(model_id, wait_s=_prefer_wait(request))
-    except SieError as error:
-        metrics.request_duration.labels(model=model_id, code=str(error.status)).observe(
-            time.monotonic() - started
-        )
-        error.headers.setdefault("x-request-id", request_id)
-        raise
-    _observe_on_release(lease, metrics, started)
+    lease = await manager.acquire(model_id, started=started, wait_s=prefer_wait(request.headers))
     return await forward(
         request.app.state.http,
         lease,
@@ -217,54 +204,8 @@ async def _openai(request: Request) -> Response:
         body,
         request.headers,
         stream=payload.get("stream") is True,
-        request_id=request_id,
+        request_id=request.headers[REQUEST_ID_HEADER],
     )
-
-
-def _observe_on_release(lease: Lease, metrics: WorkerMetrics, started: float) -> None:
-    release = lease.on_release
-
-    def observed() -> None:
-        release()
-        metrics.request_duration.labels(model=lease.model, code=lease.status).observe(
-            time.monotonic() - started
-        )
-
-    lease.on_release = observed
-
-
-def _payload(body: bytes) -> dict[str, Any]:
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
-        raise InvalidRequest("the request body is not valid JSON") from None
-    if not isinstance(payload, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("the request body needs a 'model' string (see GET /v1/models)")
-    return payload
-
-
-def _grammar_target(config: ModelConfig, model_id: str, payload: dict[str, Any]) -> str | None:
-    """A grammar-constrained request to the base model goes to its ``grammar_profile``."""
-    if config.grammar_profile is None or model_id != config.sie_id:
-        return None
-    response_format = payload.get("response_format")
-    constrained = any(payload.get(k) is not None for k in _GRAMMAR_KEYS) or (
-        isinstance(response_format, dict)
-        and response_format.get("type") in ("json_schema", "json_object", "regex", "ebnf")
-    )
-    return f"{config.sie_id}:{config.grammar_profile}" if constrained else None
-
-
-def _prefer_wait(request: Request) -> float | None:
-    """``Prefer: wait=N`` (RFC 7240): wait at most N seconds for a load, else 503."""
-    prefer = request.headers.get("prefer")
-    if not prefer:
-        return None
-    match = _PREFER_WAIT.search(prefer)
-    return float(match.group(1)) if match else None
 
 
 # --- Config API --------------------------------------------------------------------------
@@ -285,15 +226,11 @@ def _config_entry(manager: ModelManager, store: ConfigStore, config: ModelConfig
     }
 
 
-def _configs(manager: ModelManager) -> dict[str, ModelConfig]:
-    return {r.served.config.sie_id: r.served.config for r in manager.records.values()}
-
-
 async def _list_configs(request: Request) -> Response:
     store = _store(request)
     store.check_readable()
     manager = _manager(request)
-    data = [_config_entry(manager, store, c) for c in _configs(manager).values()]
+    data = [_config_entry(manager, store, c) for c in manager.configs().values()]
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -301,7 +238,7 @@ async def _get_config(request: Request) -> Response:
     store = _store(request)
     store.check_readable()
     sie_id = request.path_params["sie_id"]
-    config = _configs(_manager(request)).get(sie_id)
+    config = _manager(request).configs().get(sie_id)
     if config is None:
         raise UnknownModel(f"no config with id {sie_id!r}; GET /v1/configs lists them")
     return JSONResponse(plain(config.raw))

@@ -8,7 +8,8 @@ Invariants kept here (and checked by the API tests):
   parallel (only the placement decision is serialised).
 - An engine that a new load displaces (eviction, unload) drains its in-flight requests
   (bounded by ``drain_timeout_s``) and exits before the next engine starts on its devices.
-- A failed load, a crash or an unload releases the model's devices at once.
+- A failed load, a crash or an unload releases the model's devices at once
+  (:meth:`ModelManager._release`, the one release sequence).
 - Pinned models are never evicted; the keeper reloads them (with backoff) when they fail.
 """
 
@@ -18,37 +19,39 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio
 import httpx
 
-from sie_worker.config.loadtime import LoadOptions, resolve_load_options
+from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import ModelConfig, served_models
-from sie_worker.errors import (
-    InvalidConfig,
-    LoadFailed,
-    ModelLoading,
-    PlacementFailed,
-    SieError,
-    UnknownModel,
-)
+from sie_worker.errors import InvalidConfig, ModelLoading, PlacementFailed, SieError, UnknownModel
+from sie_worker.model_states import MODEL_STATES
 from sie_worker.settings import Settings
-from sie_worker.worker import ports
 from sie_worker.worker.allocator import Claim, NoPlacement, place
-from sie_worker.worker.engine_process import EngineProcess, PortInUse, start_group_guard
-from sie_worker.worker.launch import engine_env, plan_launch
-from sie_worker.worker.metrics import STATES, WorkerMetrics
-from sie_worker.worker.proxy import Lease
-from sie_worker.worker.records import ModelRecord, RunningEngine, device_entries, model_entry
+from sie_worker.worker.engine_process import start_group_guard
+from sie_worker.worker.engine_start import PortBook, start_engine
+from sie_worker.worker.engine_stops import EngineStops, consume_exception
+from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.pin_keeper import PinKeeper
+from sie_worker.worker.records import (
+    Lease,
+    ModelRecord,
+    RunningEngine,
+    device_entries,
+    model_entry,
+    open_lease,
+)
 
 __all__ = ["ModelManager"]
 
 _log = logging.getLogger("sie_worker.manager")
-_PORT_ATTEMPTS = 3
 _PLACEMENT_BACKOFF_S = 0.5
-_PINNED_BACKOFF_MAX_S = 60.0
+# Loads one request may wait through before it gives up (the model can be evicted again
+# between its load and the request's turn).
+_ACQUIRE_ATTEMPTS = 3
 _ENGINE_WITHHELD_ENV = frozenset({"SIE_API_KEY"})
 
 
@@ -73,15 +76,10 @@ class ModelManager:
         self.base_env = {k: v for k, v in base_env.items() if k not in _ENGINE_WITHHELD_ENV}
         self.records: dict[str, ModelRecord] = {}
         self._lock = asyncio.Lock()
-        self._device_stops: dict[int, asyncio.Task[None]] = {}
-        # Ports picked for engines still starting: a port passes the bind test until its
-        # engine binds it, so two loads starting at once could otherwise both pick it.
-        self._reserved_ports: set[int] = set()
+        self._stops = EngineStops(settings)
+        self._ports = PortBook(self._running_ports)
         self._placement_backoff: dict[int, float] = {}
-        self._keeper_wake = asyncio.Event()
-        self._keeper: asyncio.Task[None] | None = None
-        self._closing = False
-        self._tasks: set[asyncio.Task[Any]] = set()  # keep background tasks referenced
+        self._keeper = PinKeeper(self.records.values, self._ensure_loading)
         for config in configs.values():
             self._add_config(config)
         for model_id in settings.pinned_models:
@@ -93,25 +91,22 @@ class ModelManager:
     def start(self) -> None:
         """Start loading pinned models in the background (``/readyz`` waits for them)."""
         start_group_guard()
-        self._keeper = asyncio.create_task(self._keep_pinned(), name="pinned-keeper")
+        self._keeper.start()
 
     async def shutdown(self) -> None:
-        self._closing = True
-        if self._keeper is not None:
-            self._keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeper
+        await self._keeper.stop()
         loads = [r.load_task for r in self.records.values() if r.load_task is not None]
         for task in loads:
             task.cancel()
         await asyncio.gather(*loads, return_exceptions=True)
         async with self._lock:
             stops = [
-                self._begin_stop(r, "shutdown")
+                self._release(r, "shutdown", drain=True)
                 for r in self.records.values()
                 if r.running is not None
             ]
-        await asyncio.gather(*stops, *self._device_stops.values(), return_exceptions=True)
+        await asyncio.gather(*stops, return_exceptions=True)
+        await self._stops.wait_all()
 
     @property
     def ready(self) -> bool:
@@ -138,13 +133,22 @@ class ModelManager:
 
     # --- requests -----------------------------------------------------------------------
 
-    async def acquire(self, model_id: str, *, wait_s: float | None = None) -> Lease:
-        """A lease on the model's ready engine, loading it first when needed."""
+    async def acquire(self, model_id: str, *, started: float, wait_s: float | None = None) -> Lease:
+        """A lease on the model's ready engine, loading it first when needed. ``started``
+        (monotonic) is when the request arrived: the lease's release, or a failure here,
+        records the request's duration from then."""
         record = self.record(model_id)
-        for _ in range(3):
+        try:
+            return await self._acquire(record, started, wait_s)
+        except SieError as error:
+            self.metrics.observe_request(model_id, str(error.status), time.monotonic() - started)
+            raise
+
+    async def _acquire(self, record: ModelRecord, started: float, wait_s: float | None) -> Lease:
+        for _ in range(_ACQUIRE_ATTEMPTS):
             running = record.running
             if record.state == "ready" and running is not None:
-                return self._lease(record, running)
+                return open_lease(record, running, self.metrics, started=started)
             task = self._ensure_loading(record)
             if wait_s is None:
                 await asyncio.shield(task)
@@ -153,11 +157,11 @@ class ModelManager:
                 await asyncio.wait_for(asyncio.shield(task), timeout=wait_s)
             except TimeoutError:
                 raise ModelLoading(
-                    f"{model_id} is loading; retry later or send no 'Prefer: wait' header",
+                    f"{record.id} is loading; retry later or send no 'Prefer: wait' header",
                     retry_after_s=5,
                 ) from None
         raise PlacementFailed(
-            f"{model_id} was evicted again before it could serve; retry", retry_after_s=1
+            f"{record.id} was evicted again before it could serve; retry", retry_after_s=1
         )
 
     async def load(self, model_id: str) -> dict[str, Any]:
@@ -174,7 +178,7 @@ class ModelManager:
             with contextlib.suppress(SieError):
                 await asyncio.shield(record.load_task)
         async with self._lock:
-            stop = self._begin_stop(record, "requested") if record.running else None
+            stop = self._release(record, "requested", drain=True) if record.running else None
             record.state, record.error = "unloaded", None
             self._refresh_gauges()
         if stop is not None:
@@ -212,6 +216,10 @@ class ModelManager:
     async def remove_config(self, sie_id: str) -> None:
         await self._remove(list(self._records_of(sie_id)))
 
+    def configs(self) -> dict[str, ModelConfig]:
+        """Every config served here, by sie_id."""
+        return {r.served.config.sie_id: r.served.config for r in self.records.values()}
+
     def _add_config(self, config: ModelConfig) -> None:
         for served in served_models(config):
             self.records[served.id] = ModelRecord(served)
@@ -232,7 +240,7 @@ class ModelManager:
             records = [
                 r for r in records if self.records.get(r.id) is r and r.served is served[r.id]
             ]
-            stops = [self._begin_stop(r, "config_removed") for r in records if r.running]
+            stops = [self._release(r, "config_removed", drain=True) for r in records if r.running]
             for record in records:
                 self.records.pop(record.id, None)
             self._refresh_gauges()
@@ -243,7 +251,7 @@ class ModelManager:
     def _ensure_loading(self, record: ModelRecord) -> asyncio.Task[None]:
         if record.load_task is None:
             task = asyncio.create_task(self._load(record), name=f"load:{record.id}")
-            task.add_done_callback(_consume_exception)
+            task.add_done_callback(consume_exception)
             record.load_task = task
         return record.load_task
 
@@ -258,18 +266,27 @@ class ModelManager:
             async with self._lock:
                 block = self._claim(record, options.width)
                 record.state, record.error, record.config_pending = "loading", None, False
-                waits = [self._device_stops[i] for i in block if i in self._device_stops]
+                waits = self._stops.pending_on(block)
                 self._refresh_gauges()
             if waits:
                 await asyncio.gather(*waits, return_exceptions=True)
-            running = await self._launch(record, options)
-            async with self._lock:
-                record.running = running
-                record.state = "ready"
-                record.last_used = time.monotonic()
-                record.pinned_backoff_s = 1.0
-                self._refresh_gauges()
-            self._spawn(self._watch(record, running), f"watch:{record.id}")
+            with self._ports.booking() as booking:
+                running = await start_engine(
+                    record.served,
+                    options,
+                    tuple(self.devices[i] for i in block),
+                    booking=booking,
+                    settings=self.settings,
+                    base_env=self.base_env,
+                    client=self.client,
+                )
+                async with self._lock:  # registered before its ports' bookings end
+                    record.running = running
+                    record.state = "ready"
+                    record.last_used = time.monotonic()
+                    record.pinned_backoff_s = 1.0
+                    self._refresh_gauges()
+            self._stops.spawn(self._watch(record, running), f"watch:{record.id}")
             outcome = "ready"
             self.metrics.load_duration.observe(time.monotonic() - started)
             _log.info("%s: ready on %s", record.id, ",".join(self.devices[i] for i in block))
@@ -284,7 +301,7 @@ class ModelManager:
                     record.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
                 self._refresh_gauges()
             if record.pinned:
-                self._keeper_wake.set()
+                self._keeper.wake()
             raise
         finally:
             record.load_task = None
@@ -319,122 +336,40 @@ class ModelManager:
             raise PlacementFailed(f"{record.id}: " + exc.describe(self.devices)) from None
         for victim in placement.evict:
             _log.info("%s: evicting %s to make room", record.id, victim)
-            self._begin_stop(self.records[victim], "make_room")
+            self._release(self.records[victim], "make_room", drain=True)
         record.block = tuple(placement.indices)
         return record.block
 
-    async def _launch(self, record: ModelRecord, options: LoadOptions) -> RunningEngine:
-        reserved: set[int] = set()
-        try:
-            return await self._launch_on_free_ports(record, options, reserved)
-        finally:
-            self._reserved_ports -= reserved
+    def _running_ports(self) -> set[int]:
+        return {p for r in self.records.values() if r.running is not None for p in r.running.ports}
 
-    def _reserve_port(self, candidates: range, reserved: set[int]) -> int:
-        """A free port of ``candidates``, held for this load until it returns. Synchronous:
-        no other load can pick between the choice and the reservation."""
-        port = ports.pick_port(candidates, self._ports_in_use())
-        reserved.add(port)
-        self._reserved_ports.add(port)
-        return port
+    # --- releasing ----------------------------------------------------------------------
 
-    async def _launch_on_free_ports(
-        self, record: ModelRecord, options: LoadOptions, reserved: set[int]
-    ) -> RunningEngine:
-        nccl_port = options.nccl_port or self._reserve_port(ports.RENDEZVOUS_PORTS, reserved)
-        if options.nccl_port:  # declared: keep the engine ports of other loads off it
-            reserved.add(nccl_port)
-            self._reserved_ports.add(nccl_port)
-        last_error: LoadFailed | None = None
-        for _ in range(_PORT_ATTEMPTS):
-            port = self._reserve_port(ports.ENGINE_PORTS, reserved)
-            plan = plan_launch(
-                record.served,
-                options,
-                tuple(self.devices[i] for i in record.block),
-                port=port,
-                nccl_port=nccl_port,
-                settings=self.settings,
-            )
-            engine = await EngineProcess.start(
-                record.id, plan.argv, engine_env(self.base_env, plan), port
-            )
-            running = RunningEngine(engine, options, plan.nccl_port)
-            # Hold the ports while the engine starts, so a parallel load picks others.
-            record.running = running
-            try:
-                await engine.wait_ready(self.client, plan.health_path, options.startup_timeout_s)
-                return running
-            except PortInUse as exc:
-                _log.warning("%s; retrying on another port", exc.message)
-                last_error = exc
-                await engine.stop(self.settings.engine_stop_grace_s)
-                # Either port may be the taken one; a declared rendezvous port stays.
-                if not options.nccl_port:
-                    nccl_port = self._reserve_port(ports.RENDEZVOUS_PORTS, reserved)
-            except BaseException:
-                await asyncio.shield(engine.stop(self.settings.engine_stop_grace_s))
-                raise
-            finally:
-                record.running = None
-        assert last_error is not None
-        raise LoadFailed(f"{last_error.message} ({_PORT_ATTEMPTS} ports tried)")
+    def _release(
+        self,
+        record: ModelRecord,
+        reason: str,
+        *,
+        drain: bool,
+        failure: str | None = None,
+    ) -> asyncio.Task[None]:
+        """Release the model's claim now; stop its engine in the background (after draining
+        its in-flight requests when ``drain``). The model turns ``failed`` with ``failure``
+        as its error when given, else ``unloaded``. Call under the lock.
 
-    def _ports_in_use(self) -> set[int]:
-        used: set[int] = set(self._reserved_ports)
-        for r in self.records.values():
-            if r.running is not None:
-                used.add(r.running.engine.port)
-                if r.running.nccl_port is not None:
-                    used.add(r.running.nccl_port)
-        return used
-
-    # --- stopping -----------------------------------------------------------------------
-
-    def _begin_stop(self, record: ModelRecord, reason: str) -> asyncio.Task[None]:
-        """Release the model's claim now; drain and stop its engine in the background.
-
-        The returned task is also registered for each of its devices, so a load placed
-        there waits for the engine to be gone. Call under the lock.
+        The returned task is registered for each of the model's devices, so a load placed
+        there waits for the engine to be gone.
         """
         running, block = record.running, record.block
         record.running, record.block = None, ()
-        if record.state in ("ready", "loading"):
+        if failure is not None:
+            record.state, record.error = "failed", failure
+        elif record.state in ("ready", "loading"):
             record.state = "unloaded"
         self._placement_backoff.clear()
         self.metrics.evictions.labels(reason=reason).inc()
         self._refresh_gauges()
-        task = self._spawn(self._drain_and_stop(record.id, running), f"stop:{record.id}")
-        for index in block:
-            self._device_stops[index] = task
-        task.add_done_callback(lambda t: self._forget_stop(t, block))
-        return task
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(_consume_exception)
-        return task
-
-    async def _stop_crashed(self, running: RunningEngine) -> None:
-        running.engine.stopping = True
-        await running.engine.stop(self.settings.engine_stop_grace_s)
-
-    def _forget_stop(self, task: asyncio.Task[None], block: tuple[int, ...]) -> None:
-        for index in block:
-            if self._device_stops.get(index) is task:
-                del self._device_stops[index]
-
-    async def _drain_and_stop(self, model_id: str, running: RunningEngine | None) -> None:
-        if running is None:
-            return
-        running.engine.stopping = True
-        if running.inflight:
-            _log.info("%s: draining %d request(s)", model_id, running.inflight)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(running.idle.wait(), timeout=self.settings.drain_timeout_s)
-        await running.engine.stop(self.settings.engine_stop_grace_s)
+        return self._stops.stop(record.id, running, block, drain=drain)
 
     async def _watch(self, record: ModelRecord, running: RunningEngine) -> None:
         """Mark the model failed and free its devices if its engine dies on its own."""
@@ -444,70 +379,19 @@ class ModelManager:
         async with self._lock:
             if record.running is not running:
                 return
-            record.running, block = None, record.block
-            record.block = ()
-            record.state = "failed"
-            record.error = (
+            failure = (
                 f"engine exited unexpectedly with code {code}; last output:\n"
                 + running.engine.log_tail(8)
             )
-            self._placement_backoff.clear()
-            self.metrics.evictions.labels(reason="engine_exit").inc()
-            self._refresh_gauges()
-            stop = self._spawn(self._stop_crashed(running), f"reap:{record.id}")
-            for index in block:
-                self._device_stops[index] = stop
-            stop.add_done_callback(lambda t: self._forget_stop(t, block))
+            self._release(record, "engine_exit", drain=False, failure=failure)
         _log.error("%s: %s", record.id, record.error)
         if record.pinned:
-            self._keeper_wake.set()
-
-    # --- leases and pins ----------------------------------------------------------------
-
-    def _lease(self, record: ModelRecord, running: RunningEngine) -> Lease:
-        running.inflight += 1
-        running.idle.clear()
-        record.last_used = time.monotonic()
-        record.last_used_wall = time.time()
-        self.metrics.inflight.labels(model=record.id).inc()
-
-        def release() -> None:
-            running.inflight -= 1
-            record.last_used = time.monotonic()
-            record.last_used_wall = time.time()
-            self.metrics.inflight.labels(model=record.id).dec()
-            if running.inflight == 0:
-                running.idle.set()
-
-        return Lease(
-            model=record.id,
-            base_url=running.engine.base_url,
-            read_timeout_s=running.options.request_read_timeout_s,
-            on_release=release,
-        )
-
-    async def _keep_pinned(self) -> None:
-        while not self._closing:
-            self._keeper_wake.clear()
-            now = time.monotonic()
-            next_try = now + _PINNED_BACKOFF_MAX_S
-            for record in list(self.records.values()):
-                if not record.pinned or record.state == "ready" or record.load_task:
-                    continue
-                if record.pinned_retry_at > now:
-                    next_try = min(next_try, record.pinned_retry_at)
-                    continue
-                record.pinned_retry_at = now + record.pinned_backoff_s
-                record.pinned_backoff_s = min(record.pinned_backoff_s * 2, _PINNED_BACKOFF_MAX_S)
-                next_try = min(next_try, record.pinned_retry_at)
-                self._ensure_loading(record)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._keeper_wake.wait(), timeout=next_try - now)
+            self._keeper.wake()
 
     def _refresh_gauges(self) -> None:
-        counts = dict.fromkeys(STATES, 0)
+        counts = dict.fromkeys(MODEL_STATES, 0)
         for record in self.records.values():
-            counts[record.state] = counts.get(record.state, 0) + 1
+            counts[record.state] += 1
         for state, count in counts.items():
             self.metrics.models.labels(state=state).set(count)
         self.metrics.devices_claimed.set(sum(len(r.block) for r in self.records.values()))
@@ -521,8 +405,3 @@ def _outcome(exc: BaseException) -> str:
     if isinstance(exc, SieError):
         return exc.code
     return "failed"
-
-
-def _consume_exception(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["STATES", "WorkerMetrics"]
+from sie_worker.model_states import MODEL_STATES
 
-STATES = ("unloaded", "loading", "ready", "failed")
+__all__ = ["WorkerMetrics"]
+
 _LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
 
 
@@ -20,7 +21,7 @@ class WorkerMetrics:
             "sie_devices_claimed", "Devices claimed by a loading or ready model.", registry=r
         )
         self.models = Gauge("sie_models", "Served models by state.", ["state"], registry=r)
-        for state in STATES:
+        for state in MODEL_STATES:
             self.models.labels(state=state).set(0)
         self.loads = Counter("sie_model_loads", "Model loads by outcome.", ["outcome"], registry=r)
         self.evictions = Counter(
@@ -48,6 +49,10 @@ class WorkerMetrics:
             ["model", "code"],
             registry=r,
         )
+
+    def observe_request(self, model: str, status: str, seconds: float) -> None:
+        """One request for ``model`` answered with HTTP ``status`` after ``seconds``."""
+        self.request_duration.labels(model=model, code=status).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sie_worker._version import __version__
+from sie_worker.model_states import MODEL_STATES
 
 __all__ = ["spec"]
 
@@ -113,7 +114,7 @@ def spec() -> dict[str, Any]:
                         "id": {"type": "string"},
                         "object": {"const": "model"},
                         "owned_by": {"type": "string"},
-                        "state": {"enum": ["unloaded", "loading", "ready", "failed"]},
+                        "state": {"enum": list(MODEL_STATES)},
                         "devices": {"type": "array", "items": {"type": "string"}},
                         "width": {"type": "integer", "minimum": 1},
                         "pinned": {"type": "boolean"},

@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 import httpx
 from starlette.background import BackgroundTask
@@ -31,8 +30,9 @@ from sie_worker.errors import (
 )
 from sie_worker.http.errors import sse_error_event
 from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.worker.records import Lease
 
-__all__ = ["Lease", "forward"]
+__all__ = ["forward"]
 
 _log = logging.getLogger("sie_worker.proxy")
 _FORWARDED_HEADERS = ("content-type", "accept", "x-request-id")
@@ -42,23 +42,6 @@ _STREAM_HIGH_WATER = 1024 * 1024
 _DONE_EVENT = b"data: [DONE]\n\n"  # the last event of an OpenAI stream
 _CONNECT_TIMEOUT_S = 5.0
 _WRITE_TIMEOUT_S = 60.0
-
-
-@dataclass
-class Lease:
-    """A claim on a ready engine for one request; :meth:`release` ends it (idempotent)."""
-
-    model: str
-    base_url: str
-    read_timeout_s: float | None
-    on_release: Callable[[], None] = field(repr=False)
-    status: str = "error"  # the HTTP status the client got, for metrics
-    _released: bool = field(default=False, repr=False)
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self.on_release()
 
 
 async def forward(

@@ -1,23 +1,29 @@
-"""What the worker knows about each served model, and the API's views of it.
+"""What the worker knows about each served model, the leases requests hold on its engine,
+and the API's views of both.
 
 :class:`ModelRecord` is one served model's state (claims, engine, pin, errors); the
-:class:`~sie_worker.worker.manager.ModelManager` changes records, :func:`model_entry` and
-:func:`device_entries` render them for ``/v1/models`` and ``/v1/devices`` from the same
+:class:`~sie_worker.worker.manager.ModelManager` changes records. A :class:`Lease` is one
+request's hold on a ready engine: it counts the request in flight while it lasts and, when
+released (once), records its status and duration. :func:`model_entry` and
+:func:`device_entries` render records for ``/v1/models`` and ``/v1/devices`` from the same
 claims, so the two views always agree.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sie_worker.config.loadtime import LoadOptions, declared_width
 from sie_worker.config.model import ServedModel
+from sie_worker.model_states import ModelState
 from sie_worker.worker.engine_process import EngineProcess
+from sie_worker.worker.metrics import WorkerMetrics
 
-__all__ = ["ModelRecord", "RunningEngine", "device_entries", "model_entry"]
+__all__ = ["Lease", "ModelRecord", "RunningEngine", "device_entries", "model_entry", "open_lease"]
 
 
 @dataclass
@@ -33,11 +39,16 @@ class RunningEngine:
     def __post_init__(self) -> None:
         self.idle.set()
 
+    @property
+    def ports(self) -> set[int]:
+        """The ports this engine holds (HTTP, and rendezvous when it has one)."""
+        return {self.engine.port} | ({self.nccl_port} if self.nccl_port is not None else set())
+
 
 @dataclass
 class ModelRecord:
     served: ServedModel
-    state: str = "unloaded"
+    state: ModelState = "unloaded"
     block: tuple[int, ...] = ()
     pinned: bool = False
     error: str | None = None
@@ -52,6 +63,55 @@ class ModelRecord:
     @property
     def id(self) -> str:
         return self.served.id
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+        self.last_used_wall = time.time()
+
+
+@dataclass
+class Lease:
+    """A claim on a ready engine for one request; :meth:`release` ends it (idempotent)."""
+
+    model: str
+    base_url: str
+    read_timeout_s: float | None
+    on_release: Callable[[], None] = field(repr=False)
+    status: str = "error"  # the HTTP status the client got, for metrics
+    _released: bool = field(default=False, repr=False)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.on_release()
+
+
+def open_lease(
+    record: ModelRecord, running: RunningEngine, metrics: WorkerMetrics, *, started: float
+) -> Lease:
+    """Count one request in flight on ``running`` until the lease is released; the release
+    records the request's status and its duration since ``started`` (monotonic)."""
+    running.inflight += 1
+    running.idle.clear()
+    record.touch()
+    metrics.inflight.labels(model=record.id).inc()
+    lease = Lease(
+        model=record.id,
+        base_url=running.engine.base_url,
+        read_timeout_s=running.options.request_read_timeout_s,
+        on_release=lambda: None,
+    )
+
+    def release() -> None:
+        running.inflight -= 1
+        record.touch()
+        metrics.inflight.labels(model=record.id).dec()
+        if running.inflight == 0:
+            running.idle.set()
+        metrics.observe_request(record.id, lease.status, time.monotonic() - started)
+
+    lease.on_release = release
+    return lease
 
 
 def model_entry(record: ModelRecord, devices: Sequence[str]) -> dict[str, Any]:

@@ -1,0 +1,109 @@
+"""Start one engine for a placed model: book its ports, plan it, start it, wait until ready.
+
+Ports are booked in a :class:`PortBook`: a free port passes the bind test until its engine
+binds it, so two loads starting at once could otherwise both pick it; a load's bookings
+are held until its engine is registered as running (or the load ends), then given back.
+An engine that finds its port taken anyway (another process bound it between the check
+and the engine's bind) is stopped and started again on another port, a bounded number of
+times; a declared rendezvous port (``nccl_port``) is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Mapping
+
+import httpx
+
+from sie_worker.config.loadtime import LoadOptions
+from sie_worker.config.model import ServedModel
+from sie_worker.errors import LoadFailed
+from sie_worker.settings import Settings
+from sie_worker.worker import ports
+from sie_worker.worker.engine_process import EngineProcess, PortInUse
+from sie_worker.worker.launch import engine_env, plan_launch
+from sie_worker.worker.records import RunningEngine
+
+__all__ = ["PORT_ATTEMPTS", "Booking", "PortBook", "start_engine"]
+
+_log = logging.getLogger("sie_worker.manager")
+PORT_ATTEMPTS = 3  # engine starts per load when the picked port turns out to be taken
+
+
+class PortBook:
+    """Ports held for engines still starting, beside the ports running engines hold."""
+
+    def __init__(self, running_ports: Callable[[], set[int]]) -> None:
+        self._running_ports = running_ports
+        self._held: set[int] = set()
+
+    def in_use(self) -> set[int]:
+        return self._held | self._running_ports()
+
+    @contextlib.contextmanager
+    def booking(self) -> Iterator[Booking]:
+        """Bookings for one load, given back when the block ends."""
+        booking = Booking(self)
+        try:
+            yield booking
+        finally:
+            self._held -= booking.ports
+
+
+class Booking:
+    """The ports one load holds. Booking is synchronous: no other load can pick a port
+    between the choice and the hold."""
+
+    def __init__(self, book: PortBook) -> None:
+        self._book = book
+        self.ports: set[int] = set()
+
+    def pick(self, candidates: range) -> int:
+        return self.hold(ports.pick_port(candidates, self._book.in_use()))
+
+    def hold(self, port: int) -> int:
+        self.ports.add(port)
+        self._book._held.add(port)
+        return port
+
+
+async def start_engine(
+    served: ServedModel,
+    options: LoadOptions,
+    devices: tuple[str, ...],
+    *,
+    booking: Booking,
+    settings: Settings,
+    base_env: Mapping[str, str],
+    client: httpx.AsyncClient,
+) -> RunningEngine:
+    """A ready engine for ``served`` on ``devices``. Raises :class:`LoadFailed` (and its
+    kinds) or :class:`~sie_worker.errors.StartupTimeout`; a failed engine is always stopped."""
+    declared = options.nccl_port
+    # A declared rendezvous port is held too, so other loads' engine ports stay off it.
+    nccl_port = booking.hold(declared) if declared else booking.pick(ports.RENDEZVOUS_PORTS)
+    last_error: LoadFailed | None = None
+    for _ in range(PORT_ATTEMPTS):
+        port = booking.pick(ports.ENGINE_PORTS)
+        plan = plan_launch(
+            served, options, devices, port=port, nccl_port=nccl_port, settings=settings
+        )
+        engine = await EngineProcess.start(served.id, plan.argv, engine_env(base_env, plan), port)
+        try:
+            await engine.wait_ready(client, plan.health_path, options.startup_timeout_s)
+        except PortInUse as exc:
+            _log.warning("%s; retrying on another port", exc.message)
+            last_error = exc
+            await engine.stop(settings.engine_stop_grace_s)
+            # Either port may be the taken one; a declared rendezvous port stays.
+            if not declared:
+                nccl_port = booking.pick(ports.RENDEZVOUS_PORTS)
+            continue
+        except BaseException:
+            await asyncio.shield(engine.stop(settings.engine_stop_grace_s))
+            raise
+        return RunningEngine(engine, options, plan.nccl_port)
+    assert last_error is not None
+    raise LoadFailed(f"{last_error.message} ({PORT_ATTEMPTS} ports tried)")

@@ -1,0 +1,158 @@
+"""What the worker reads from a request before it acquires an engine: the payload, the
+served model that answers it (grammar routing), the endpoint's task, ``Prefer: wait``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.support.worker_fixtures import WorkerProcess, fake_model
+
+from sie_worker.config.reader import parse_config
+from sie_worker.errors import InvalidRequest
+from sie_worker.worker.request import (
+    ENDPOINT_TASKS,
+    is_grammar_constrained,
+    prefer_wait,
+    read_payload,
+    served_id,
+    task_of,
+)
+
+StartWorker = Callable[..., WorkerProcess]
+GRAMMAR_REQUESTS: list[dict[str, Any]] = [
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+    {"response_format": {"type": "json_object"}},
+    {"response_format": {"type": "regex", "regex": "[a-z]+"}},
+    {"response_format": {"type": "ebnf", "ebnf": 'root ::= "a"'}},
+    {"regex": "[0-9]+"},
+    {"ebnf": 'root ::= "a"'},
+    {"json_schema": "{}"},
+    {"structural_tag": "{}"},
+]
+PLAIN_REQUESTS: list[dict[str, Any]] = [
+    {},
+    {"response_format": {"type": "text"}},
+    {"response_format": "json_object"},  # not the OpenAI shape: not a grammar
+    {"regex": None},
+    {"temperature": 0},
+]
+
+
+def _config(grammar_profile: str | None = "structured") -> Any:
+    doc: dict[str, Any] = {
+        "sie_id": "org/m",
+        "hf_id": "org/m",
+        "tasks": {"generate": {}},
+        "profiles": {"default": {}, "structured": {"extends": "default"}, "fast": {}},
+    }
+    if grammar_profile is not None:
+        doc["grammar_profile"] = grammar_profile
+    return parse_config(doc, source=None)
+
+
+@pytest.mark.parametrize("extra", GRAMMAR_REQUESTS)
+def test_grammar_constrained_request_to_the_base_model_goes_to_the_grammar_profile(
+    extra: dict[str, Any],
+) -> None:
+    payload = {"model": "org/m", **extra}
+    assert is_grammar_constrained(payload)
+    assert served_id(_config(), "org/m", payload) == "org/m:structured"
+
+
+@pytest.mark.parametrize("extra", PLAIN_REQUESTS)
+def test_unconstrained_request_stays_with_the_model_it_names(extra: dict[str, Any]) -> None:
+    payload = {"model": "org/m", **extra}
+    assert not is_grammar_constrained(payload)
+    assert served_id(_config(), "org/m", payload) == "org/m"
+
+
+@pytest.mark.parametrize("extra", GRAMMAR_REQUESTS)
+def test_model_without_a_grammar_profile_stays_put(extra: dict[str, Any]) -> None:
+    assert served_id(_config(None), "org/m", {"model": "org/m", **extra}) == "org/m"
+
+
+@pytest.mark.parametrize("extra", GRAMMAR_REQUESTS)
+def test_request_naming_a_profile_keeps_that_profile(extra: dict[str, Any]) -> None:
+    assert served_id(_config(), "org/m:fast", {"model": "org/m:fast", **extra}) == "org/m:fast"
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["regex", "ebnf", "json_schema", "structural_tag", "response_format", "x"]),
+        st.one_of(st.none(), st.text(max_size=3), st.fixed_dictionaries({"type": st.text()})),
+    )
+)
+def test_served_id_is_the_named_model_or_its_grammar_profile(extra: dict[str, Any]) -> None:
+    chosen = served_id(_config(), "org/m", {"model": "org/m", **extra})
+    assert chosen == ("org/m:structured" if is_grammar_constrained(extra) else "org/m")
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{", "not valid JSON"),
+        (b"[" * 100_000, "not valid JSON"),
+        (b"[1]", "must be a JSON object"),
+        (b"{}", "needs a 'model' string"),
+        (b'{"model": ""}', "needs a 'model' string"),
+        (b'{"model": 3}', "needs a 'model' string"),
+    ],
+)
+def test_a_body_without_a_model_is_an_invalid_request(body: bytes, fragment: str) -> None:
+    with pytest.raises(InvalidRequest, match=fragment):
+        read_payload(body)
+
+
+def test_payload_is_the_json_object() -> None:
+    assert read_payload(json.dumps({"model": "org/m", "n": 1}).encode()) == {
+        "model": "org/m",
+        "n": 1,
+    }
+
+
+def test_endpoints_name_their_task() -> None:
+    assert {path: task_of(path) for path in ENDPOINT_TASKS} == {
+        "/v1/chat/completions": "generate",
+        "/v1/completions": "generate",
+        "/v1/embeddings": "encode",
+    }
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        (None, None),
+        ("wait=5", 5.0),
+        ("respond-async, wait=2.5", 2.5),
+        ("WAIT = 10", 10.0),
+        ("handling=lenient", None),
+        ("wait=", None),
+    ],
+)
+def test_prefer_wait_reads_rfc_7240(header: str | None, seconds: float | None) -> None:
+    assert prefer_wait({"prefer": header} if header else {}) == seconds
+
+
+def test_grammar_request_is_served_by_the_grammar_profile_over_http(
+    start_worker: StartWorker,
+) -> None:
+    config = fake_model("org/g", profiles={"structured": {"extends": "default"}})
+    config["grammar_profile"] = "structured"
+    plain = fake_model("org/p")
+    worker = start_worker([config, plain], devices="cuda:0,cuda:1")
+    grammar = {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}
+    messages = [{"role": "user", "content": "hi"}]
+    with worker.client() as client:
+        for model in ("org/g", "org/p"):
+            body = {"model": model, "max_tokens": 2, "messages": messages, **grammar}
+            response = client.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200, response.text
+    states = {m: e["state"] for m, e in worker.models().items()}
+    assert states["org/g:structured"] == "ready"
+    assert states["org/g"] == "unloaded"
+    assert states["org/p"] == "ready"
