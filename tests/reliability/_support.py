@@ -33,9 +33,9 @@ from typing import Any
 import httpx
 import psutil
 
+from tests.support.ports import free_port
 from tests.support.worker_fixtures import (
     WorkerProcess,
-    free_port,
     wait_healthy,
     wait_until,
     write_config,
