@@ -8,7 +8,7 @@ IMAGE ?= ghcr.io/sie-workers/sie-worker
 VERSION := $(shell cat VERSION)
 
 help:
-	@echo "make run          set up .venv and the chart tools, serve the quickstart model on :8080 (PORT)"
+	@echo "make run          set up .venv, serve the quickstart model on :8080 (PORT)"
 	@echo "make test         set up .venv and .tools, then run every check (scripts/test)"
 	@echo "make bench        run every benchmark, rewrite docs/benchmarks.md (~11 min, not a test)"
 	@echo "make soak         the 10-minute soak of the worker; its figures go to docs/benchmarks.md"
@@ -18,10 +18,9 @@ help:
 	@echo "make version      write VERSION into the package and chart (V=x.y.z sets it first)"
 	@echo "make image        build one image bundle with docker (BUNDLE=$(BUNDLES))"
 
-# The quickstart sets up the Python environment and the pinned chart tools (helm & co., for
-# deploying what it serves), not the control plane that only the tests need.
+# The quickstart needs the Python environment only: it serves from .venv and uses no chart
+# tool. The tools (helm & co., the control plane) come with `make test` or `make setup-tools`.
 run: setup
-	scripts/setup-tools --no-cluster
 	scripts/run
 
 test: setup setup-tools

@@ -23,11 +23,11 @@ from tests.support.engine_fixtures import (
     FAKE_ENGINE_SCRIPT,
     FakeEngine,
     FakeEngineFactory,
-    free_port,
     start_fake_engine,
     stop_process_group,
 )
 from tests.support.fake_engine import fake_embedding, fake_text
+from tests.support.ports import free_port
 
 WORKER_ARGV = [
     "--model-path",

@@ -451,34 +451,58 @@ Usage: {{ include "sie-workers.widestSglangSlot" . | fromJson }}
 {{- end -}}
 
 {{/*
-Engine flags the worker reserves (seed 000): placement and listener flags.
-Usage: {{ include "sie-workers.reservedLaunchFlags" . | fromJsonArray }}
+The worker's refusal of one extra_launch_args token, empty when it allows the token: the
+token's part before the first "=" looked up in sie-workers.reservedFlagSpellings, which
+holds every spelling SGLang's argparse resolves to a reserved flag (no spelling holds a
+space, so a token with a space and no "=", a value to argparse, is never found).
+Usage: {{ include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $spellings) }}
 */}}
-{{- define "sie-workers.reservedLaunchFlags" -}}
-{{- list "--tensor-parallel-size" "--tp-size" "--data-parallel-size" "--dp-size" "--expert-parallel-size" "--ep-size" "--pipeline-parallel-size" "--pp-size" "--nnodes" "--node-rank" "--dist-init-addr" "--base-gpu-id" "--gpu-id-step" "--host" "--port" "--nccl-port" | toJson -}}
+{{- define "sie-workers.launchArgProblem" -}}
+{{- if kindIs "string" .token -}}
+{{- $option := index (splitList "=" .token) 0 -}}
+{{- if hasKey .spellings $option -}}
+{{- printf "%q %s" .token (get .spellings $option) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
-Environment variables that choose visible devices; refused in any letter case because the
-worker writes the device mask itself.
-Usage: {{ include "sie-workers.deviceVisibilityVariables" . | fromJsonArray }}
+The device-visibility variable an environment variable name sets (as the worker reads it:
+surrounding white space stripped, any letter case), empty when it sets none.
+Usage: {{ include "sie-workers.visibilityVariable" (dict "name" $name "visibility" $visibility "space" $space) }}
 */}}
-{{- define "sie-workers.deviceVisibilityVariables" -}}
-{{- list "CUDA_VISIBLE_DEVICES" "NVIDIA_VISIBLE_DEVICES" "ROCR_VISIBLE_DEVICES" | toJson -}}
+{{- define "sie-workers.visibilityVariable" -}}
+{{- $variable := upper (trimAll .space (toString .name)) -}}
+{{- if has $variable .visibility -}}{{- $variable -}}{{- end -}}
 {{- end -}}
 
 {{/*
-The fix to suggest for a reserved engine flag.
-Usage: {{ include "sie-workers.reservedFlagFix" "--tp-size" }}
+Problems (JSON list of strings) of one place that holds engine launch settings: a profile, or
+its adapter_options.loadtime. Reserved flags in extra_launch_args, device-visibility
+variables in extra_env; `key` is the values path of the place.
+Usage: {{ include "sie-workers.launchSettingProblems" (dict "key" $key "place" $profile "spellings" $spellings "visibility" $visibility "space" $space) | fromJsonArray }}
 */}}
-{{- define "sie-workers.reservedFlagFix" -}}
-{{- if eq . "--nccl-port" -}}
-set adapter_options.loadtime.nccl_port instead
-{{- else if or (eq . "--host") (eq . "--port") -}}
-remove it: SIE owns the engine's HTTP host and port
-{{- else -}}
-remove it: SIE places the model from adapter_options.loadtime.tensor_parallel_size
+{{- define "sie-workers.launchSettingProblems" -}}
+{{- $out := list -}}
+{{- $ctx := . -}}
+{{- if kindIs "slice" .place.extra_launch_args -}}
+{{- range $i, $arg := .place.extra_launch_args -}}
+{{- $problem := include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $ctx.spellings) -}}
+{{- if $problem -}}
+{{- $out = append $out (printf "%s.extra_launch_args[%d]: %s" $ctx.key $i $problem) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if kindIs "map" .place.extra_env -}}
+{{- range $name, $_ := .place.extra_env -}}
+{{- $variable := include "sie-workers.visibilityVariable" (dict "name" $name "visibility" $ctx.visibility "space" $ctx.space) -}}
+{{- if $variable -}}
+{{- $where := ternary (printf "%s.extra_env.%s" $ctx.key $name) (printf "%s.extra_env[%q]" $ctx.key $name) (regexMatch "^[A-Za-z_][A-Za-z0-9_]*$" $name) -}}
+{{- $out = append $out (printf "%s: device-visibility variables are refused in any letter case (%q sets %s); remove it, the worker writes the device mask itself from the model's GPU block" $where $name $variable) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $out | toJson -}}
 {{- end -}}
 
 {{/*
@@ -494,6 +518,7 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- $liveness := include "sie-workers.livenessBudgetSeconds" . | int -}}
 {{- $readyTimeout := int $common.modelReadyTimeoutSec -}}
 {{- $visibility := include "sie-workers.deviceVisibilityVariables" . | fromJsonArray -}}
+{{- $space := include "sie-workers.pythonWhitespace" . -}}
 
 {{- /* Object names: Services need DNS labels, which Helm's release names need not be. */ -}}
 {{- $fullname := include "sie-workers.fullname" . -}}
@@ -509,7 +534,7 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- /* Extra environment: no device masks, no variables the chart sets. */ -}}
 {{- $owned := list "SIE_DEVICES" "SIE_BUNDLE" "SIE_GPU_TYPE" "SIE_MACHINE_PROFILE" "SIE_MODEL_READY_TIMEOUT_S" "SIE_WORKER_LIVENESS_BUDGET_S" "SIE_API_KEY" "SIE_CONFIG_API" "SIE_PINNED_MODELS" "SIE_DRAIN_TIMEOUT_S" "SIE_ENGINE_STOP_GRACE_S" "HF_HOME" "TMPDIR" -}}
 {{- range $i, $env := ($common.extraEnv | default list) -}}
-{{- if has (upper (toString $env.name)) $visibility -}}
+{{- if include "sie-workers.visibilityVariable" (dict "name" $env.name "visibility" $visibility "space" $space) -}}
 {{- $errors = append $errors (printf "workers.common.extraEnv[%d].name: %s is a device-visibility variable; remove it, the worker writes the device mask itself" $i $env.name) -}}
 {{- else if has (toString $env.name) $owned -}}
 {{- $errors = append $errors (printf "workers.common.extraEnv[%d].name: %s is set by the chart; use the values key that sets it instead" $i $env.name) -}}
@@ -589,28 +614,17 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- $reserved := include "sie-workers.reservedLaunchFlags" . | fromJsonArray -}}
+{{- $spellings := include "sie-workers.reservedFlagSpellings" . | fromJson -}}
 {{- range $file, $model := (.Values.models | default dict) -}}
 {{- if kindIs "map" $model -}}
 {{- range $profileName, $profile := ($model.profiles | default dict) -}}
 {{- if kindIs "map" $profile -}}
 {{- $pkey := printf "models.%s.profiles.%s" $file $profileName -}}
-{{- if kindIs "slice" $profile.extra_launch_args -}}
-{{- range $i, $arg := $profile.extra_launch_args -}}
-{{- $flag := regexReplaceAll "=.*$" (toString $arg) "" -}}
-{{- if has $flag $reserved -}}
-{{- $errors = append $errors (printf "%s.extra_launch_args[%d]: %q is reserved by SIE; %s" $pkey $i $arg (include "sie-workers.reservedFlagFix" $flag)) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- if kindIs "map" $profile.extra_env -}}
-{{- range $name, $_ := $profile.extra_env -}}
-{{- if has (upper $name) $visibility -}}
-{{- $errors = append $errors (printf "%s.extra_env.%s: device-visibility variables are refused in any letter case; remove it, the worker writes the device mask itself" $pkey $name) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- $startup := get (include "sie-workers.profileLoadtime" $profile | fromJson) "startup_timeout_s" -}}
+{{- $settings := dict "spellings" $spellings "visibility" $visibility "space" $space -}}
+{{- $errors = concat $errors (include "sie-workers.launchSettingProblems" (merge (dict "key" $pkey "place" $profile) $settings) | fromJsonArray) -}}
+{{- $loadtime := include "sie-workers.profileLoadtime" $profile | fromJson -}}
+{{- $errors = concat $errors (include "sie-workers.launchSettingProblems" (merge (dict "key" (printf "%s.adapter_options.loadtime" $pkey) "place" $loadtime) $settings) | fromJsonArray) -}}
+{{- $startup := get $loadtime "startup_timeout_s" -}}
 {{- if or (kindIs "float64" $startup) (kindIs "int" $startup) (kindIs "int64" $startup) -}}
 {{- if gt (float64 $startup) (float64 $readyTimeout) -}}
 {{- $errors = append $errors (printf "%s.adapter_options.loadtime.startup_timeout_s: %v s exceeds workers.common.modelReadyTimeoutSec (%d s); lower it or raise modelReadyTimeoutSec (and the liveness budget with it)" $pkey $startup $readyTimeout) -}}

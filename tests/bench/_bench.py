@@ -24,7 +24,8 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.support.engine_fixtures import FAKE_ENGINE_SCRIPT, free_port
+from tests.support.engine_fixtures import FAKE_ENGINE_SCRIPT
+from tests.support.ports import free_port
 from tests.support.worker_fixtures import fake_model, write_config
 
 __all__ = [

@@ -35,7 +35,8 @@ from tests.bench._bench import (
     worker_env,
     write_result,
 )
-from tests.support.engine_fixtures import free_port, stop_process_group
+from tests.support.engine_fixtures import stop_process_group
+from tests.support.ports import free_port
 
 __all__ = ["main"]
 

@@ -64,7 +64,7 @@ from tests.bench._bench import (
     worker_env,
     write_result,
 )
-from tests.support.engine_fixtures import free_port
+from tests.support.ports import free_port
 
 __all__ = ["main"]
 

@@ -24,7 +24,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -34,6 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
+
+from tests.support.ports import free_ports
 
 __all__ = [
     "COMPONENTS",
@@ -91,14 +92,7 @@ class Ports:
 
     @classmethod
     def pick(cls) -> Ports:
-        # Hold every socket until all are chosen so the five ports differ.
-        with contextlib.ExitStack() as stack:
-            found: list[int] = []
-            for _ in range(5):
-                sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-                sock.bind(("127.0.0.1", 0))
-                found.append(sock.getsockname()[1])
-        return cls(*found)
+        return cls(*free_ports(5))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.support.worker_fixtures import WorkerProcess, free_port, write_config
+from tests.support.ports import free_port
+from tests.support.worker_fixtures import WorkerProcess, write_config
 
 pytestmark = pytest.mark.slow
 

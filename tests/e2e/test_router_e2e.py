@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.worker_fixtures import WorkerProcess, fake_model, free_port, wait_until
+from tests.support.ports import free_port
+from tests.support.worker_fixtures import WorkerProcess, fake_model, wait_until
 
 pytestmark = pytest.mark.slow
 

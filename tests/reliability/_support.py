@@ -32,16 +32,27 @@ from typing import Any
 
 import httpx
 import psutil
+from sie_worker.errors import (
+    EngineTimeout,
+    EngineUnavailable,
+    LoadFailed,
+    ModelLoading,
+    PlacementFailed,
+    SieError,
+    StartupTimeout,
+    UnknownModel,
+)
 
+from tests.support.ports import free_port
 from tests.support.worker_fixtures import (
     WorkerProcess,
-    free_port,
     wait_healthy,
     wait_until,
     write_config,
 )
 
 __all__ = [
+    "LOAD_ERRORS",
     "EngineBook",
     "Launcher",
     "Worker",
@@ -49,6 +60,7 @@ __all__ = [
     "assert_consistent",
     "complete",
     "engine_of",
+    "error_statuses",
     "stream_events",
 ]
 
@@ -63,6 +75,23 @@ _BASE_ENV = {
 
 
 _MARKER = "RELIABILITY_TEST_WORKER"
+
+
+# What any request to a busy worker may meet: its model loading, evicted, failing or slow.
+LOAD_ERRORS: tuple[type[SieError], ...] = (
+    UnknownModel,
+    PlacementFailed,
+    LoadFailed,
+    EngineUnavailable,
+    EngineTimeout,
+    StartupTimeout,
+    ModelLoading,
+)
+
+
+def error_statuses(*errors: type[SieError]) -> dict[str, int]:
+    """``{code: HTTP status}`` of the errors a test accepts, as sie_worker.errors declares them."""
+    return {error.code: error.status for error in errors}
 
 
 @dataclass

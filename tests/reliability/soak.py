@@ -46,10 +46,14 @@ import psutil
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from sie_worker.errors import InvalidRequest  # noqa: E402
+
 from tests.reliability._support import (  # noqa: E402 - after the path is set
+    LOAD_ERRORS,
     Launcher,
     Worker,
     assert_clean,
+    error_statuses,
 )
 from tests.support.engine_fixtures import FAKE_ENGINE_SCRIPT  # noqa: E402
 from tests.support.worker_fixtures import fake_model  # noqa: E402
@@ -62,16 +66,7 @@ _MODELS = {  # id -> (width, task, start delay)
     "soak/tp-a": (2, "generate", "0.6"),
     "soak/tp-b": (2, "generate", "0.5"),
 }
-_CODES = {
-    "invalid_request": 400,
-    "unknown_model": 404,
-    "placement_failed": 409,
-    "load_failed": 502,
-    "engine_unavailable": 502,
-    "engine_timeout": 504,
-    "startup_timeout": 504,
-    "model_loading": 503,
-}
+_CODES = error_statuses(InvalidRequest, *LOAD_ERRORS)
 _RSS_GROWTH_LIMIT = 0.10
 _FD_GROWTH_LIMIT = 32
 _SECTION = "## Soak"

@@ -2,7 +2,7 @@
 0.3-1 s to start, while a poller checks the claims throughout.
 
 Each request is a client that honours ``Retry-After`` (up to 4 tries, as a real client would);
-every single answer must be a 200 or a DESIGN.md error with ``Retry-After``. Streams that
+every single answer must be a 200 or a worker error with ``Retry-After``. Streams that
 started must end with ``[DONE]``. The poller reads ``/v1/devices``, ``/v1/models`` and
 ``/v1/devices`` again; every snapshot must hold each device once, and when both device reads
 agree, the models' view must agree with them.
@@ -18,23 +18,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from sie_worker.errors import InvalidConfig, Unauthorized
 
-from tests.reliability._support import Launcher, Worker, assert_clean, assert_consistent
+from tests.reliability._support import (
+    LOAD_ERRORS,
+    Launcher,
+    Worker,
+    assert_clean,
+    assert_consistent,
+    error_statuses,
+)
 from tests.support.worker_fixtures import fake_model
 
 _REQUESTS = 200
 _TRIES = 4
-_DESIGN_CODES = {
-    "invalid_config": 400,
-    "unauthorized": 401,
-    "unknown_model": 404,
-    "placement_failed": 409,
-    "load_failed": 502,
-    "engine_unavailable": 502,
-    "engine_timeout": 504,
-    "startup_timeout": 504,
-    "model_loading": 503,  # Prefer: wait (RFC 7240) answered before the load finished
-}
+# Every answer is a 200 or one of these errors; model_loading is a Prefer: wait (RFC 7240)
+# answered before the load finished.
+_ERROR_STATUS = error_statuses(InvalidConfig, Unauthorized, *LOAD_ERRORS)
 _MODELS = {  # id -> (width, task, start delay)
     "org/g1": (1, "generate", "0.3"),
     "org/g2": (1, "generate", "0.5"),
@@ -112,7 +112,7 @@ async def _client(http: httpx.AsyncClient, index: int, answers: list[str]) -> li
         code = error["code"]
         answers.append(code)
         retry_after = response.headers.get("retry-after", "")
-        if _DESIGN_CODES.get(code) != response.status_code or not retry_after.isdigit():
+        if _ERROR_STATUS.get(code) != response.status_code or not retry_after.isdigit():
             problems.append(f"{response.status_code} {error} (Retry-After: {retry_after!r})")
             return problems
         await asyncio.sleep(min(float(retry_after), 1.5) * random.uniform(0.5, 1.0))

@@ -17,7 +17,6 @@ import contextlib
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 
+from tests.support.ports import free_port
+
 __all__ = [
     "FAKE_ENGINE_SCRIPT",
     "FakeEngine",
@@ -37,7 +38,6 @@ __all__ = [
     "fake_engine_command",
     "fake_engine_factory",
     "fake_engine_minimal_command",
-    "free_port",
     "start_fake_engine",
     "stop_process_group",
 ]
@@ -50,13 +50,6 @@ Parser = Literal["sglang", "minimal", "auto"]
 # A fake outlives a crashed test run by at most this long (the fixtures stop it sooner).
 _SAFETY_LIFETIME_S = "900"
 _DEFAULT_ARGS = ("--model-path", "/models/fake", "--served-model-name", "fake/model")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (another process may still take it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> int | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,10 +24,11 @@ import psutil
 import pytest
 import yaml
 
+from tests.support.ports import free_port
+
 __all__ = [
     "WorkerProcess",
     "fake_model",
-    "free_port",
     "start_worker",
     "wait_healthy",
     "wait_until",
@@ -37,13 +37,6 @@ __all__ = [
 
 GENERATION = "sie_server.adapters.sglang.generation:SGLangGenerationAdapter"
 EMBEDDING = "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_until(

@@ -1,4 +1,4 @@
-"""The worker's exception family. Each error carries the code and HTTP status of DESIGN.md.
+"""The worker's exception family. Each error carries its error code and HTTP status:
 
     SieError
     ├── InvalidConfig        invalid_config      400  (carries every Problem found)
@@ -16,7 +16,8 @@
     ├── EngineTimeout        engine_timeout      504  (read cap hit; engine not restarted)
     └── StartupTimeout       startup_timeout     504
 
-Endpoints only raise; one handler in ``app.py`` renders ``{"error": {"code", "message"}}``.
+Endpoints only raise; :mod:`sie_worker.http.errors` renders ``{"error": {"code", "message"}}``
+for every app.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Worker settings, read once from the environment (see DESIGN.md for each variable)."""
+"""Worker settings, read once from the environment: every ``SIE_*`` variable, its default
+and its refusal (the README's variable table lists them)."""
 
 from __future__ import annotations
 

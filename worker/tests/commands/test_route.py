@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from tests.support.ports import free_port
 
 from sie_worker.cli import main
 
@@ -103,20 +103,13 @@ async def _serve(app: Starlette) -> AsyncIterator[int]:
             server.should_exit = True
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_route_process_serves_probes_and_relays_then_exits_0_on_sigterm(
     anyio_backend: str, tmp_path: Path
 ) -> None:
     async with _serve(_worker_app()) as worker_port:
-        port = _free_port()
+        port = free_port()
         env = {**os.environ, "SIE_WORKER_PORTS": str(worker_port), "SIE_GPU_COUNT": "1"}
         env.pop("SIE_API_KEY", None)
         log = (tmp_path / "route.log").open("wb")

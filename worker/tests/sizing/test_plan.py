@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.support.sizing_figures import LLAMA, SEED_004_TABLE
 
 from sie_worker.config.rules import MAX_WIDTH, valid_widths
 from sie_worker.sizing.model_stats import shape_from_config
@@ -27,30 +28,8 @@ from sie_worker.sizing.plan import (
 
 GB = 1e9
 
-# Seed 004, Example 1 ("why split a model"): Llama 3.1 shapes as config.json would hold them.
-LLAMA = {
-    "8B": (8.03e9, {"num_hidden_layers": 32, "num_attention_heads": 32,
-                    "num_key_value_heads": 8, "hidden_size": 4096}),
-    "70B": (70.6e9, {"num_hidden_layers": 80, "num_attention_heads": 64,
-                     "num_key_value_heads": 8, "hidden_size": 8192}),
-    "405B": (405e9, {"num_hidden_layers": 126, "num_attention_heads": 128,
-                     "num_key_value_heads": 8, "hidden_size": 16384}),
-}  # fmt: skip
 H100 = Hardware(gpu_memory_bytes=80e9, usable=0.9, gpus_per_node=8)
 SEED_004_USERS = Workload(context_tokens=8192, sequences=32)
-
-# model, bits, weights GB, KV GB, total GB, GPUs: the table the seed prints.
-SEED_004_TABLE = [
-    ("8B", 16, 16.1, 34.4, 50.4, 1),
-    ("8B", 8, 8.0, 34.4, 42.4, 1),
-    ("8B", 4.5, 4.5, 34.4, 38.9, 1),
-    ("70B", 16, 141.2, 85.9, 227.1, 4),
-    ("70B", 8, 70.6, 85.9, 156.5, 3),
-    ("70B", 4.5, 39.7, 85.9, 125.6, 2),
-    ("405B", 16, 810.0, 135.3, 945.3, 14),
-    ("405B", 8, 405.0, 135.3, 540.3, 8),
-    ("405B", 4.5, 227.8, 135.3, 363.1, 6),
-]
 
 
 def _llama(name: str, bits: float) -> ModelSize:

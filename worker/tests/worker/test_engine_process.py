@@ -9,7 +9,7 @@ import time
 import httpx
 import psutil
 import pytest
-from tests.support.worker_fixtures import free_port
+from tests.support.ports import free_port
 
 from sie_worker.errors import LoadFailed, StartupTimeout
 from sie_worker.worker.engine_process import EngineProcess

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.example_config import GENERATION, example_profile
 
 from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import ServedModel, served_model
@@ -21,7 +22,6 @@ from sie_worker.config.sglang_release import (
 from sie_worker.settings import Settings
 from sie_worker.worker.launch import engine_env, env_delta, plan_launch
 
-GENERATION = "sie_server.adapters.sglang.generation:SGLangGenerationAdapter"
 EMBEDDING = "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter"
 CHAT = "sie_server.adapters.sglang.chat:SGLangChatAdapter"
 TRANSFORMERS = "sie_server.adapters.transformers:TransformersAdapter"
@@ -37,23 +37,6 @@ def served(profile: dict[str, Any], *, profile_name: str = "default", **top: Any
         **top,
     }
     return served_model(parse_config(doc, source="m.yaml"), profile_name)
-
-
-def seed_profile(**loadtime: Any) -> dict[str, Any]:
-    return {
-        "max_batch_tokens": 16384,
-        "compute_precision": "bfloat16",
-        "kv_budget_tokens": 32768,
-        "adapter_path": GENERATION,
-        "adapter_options": {
-            "loadtime": {
-                "tensor_parallel_size": 4,
-                "request_read_timeout_s": 600,
-                "startup_timeout_s": 900,
-                **loadtime,
-            }
-        },
-    }
 
 
 def argv_of(
@@ -82,7 +65,7 @@ def value_of(argv: list[str], flag: str) -> str:
 
 
 def test_seed_example_argv_in_full() -> None:
-    assert argv_of(served(seed_profile())) == [
+    assert argv_of(served(example_profile())) == [
         sys.executable, "-m", "sglang.launch_server",
         "--model-path", "org/model-weights",
         "--served-model-name", "org/model",
@@ -102,23 +85,23 @@ def test_sglang_command_prefix_replaces_python_m_sglang() -> None:
     settings = Settings(
         devices=EIGHT, sglang_command=("numactl", "--interleave=all", "python3", "fake.py")
     )
-    argv = argv_of(served(seed_profile()), settings)
+    argv = argv_of(served(example_profile()), settings)
     assert argv[:5] == ["numactl", "--interleave=all", "python3", "fake.py", "--model-path"]
 
 
 def test_revision_is_passed_with_the_hub_id() -> None:
-    argv = argv_of(served(seed_profile(), revision="v1.2"))
+    argv = argv_of(served(example_profile(), revision="v1.2"))
     assert value_of(argv, "--revision") == "v1.2"
 
 
 def test_local_model_path_replaces_the_hub_id_and_revision(tmp_path: Path) -> None:
-    argv = argv_of(served(seed_profile(), model_path=str(tmp_path), revision="v1"))
+    argv = argv_of(served(example_profile(), model_path=str(tmp_path), revision="v1"))
     assert value_of(argv, "--model-path") == str(tmp_path)
     assert "--revision" not in argv
 
 
 def test_non_default_profiles_are_served_under_their_own_name() -> None:
-    model = served(seed_profile(), profile_name="default")
+    model = served(example_profile(), profile_name="default")
     doc = dict(model.config.raw)
     doc["profiles"] = {**doc["profiles"], "fast": {"extends": "default"}}
     fast = served_model(parse_config(doc, source=None), "fast")
@@ -126,7 +109,7 @@ def test_non_default_profiles_are_served_under_their_own_name() -> None:
 
 
 def test_nccl_port_is_always_passed_and_declared_ports_win() -> None:
-    assert value_of(argv_of(served(seed_profile(nccl_port=31000))), "--nccl-port") == "31000"
+    assert value_of(argv_of(served(example_profile(nccl_port=31000))), "--nccl-port") == "31000"
     one = {"adapter_path": GENERATION}
     assert value_of(argv_of(served(one)), "--nccl-port") == "30407"
 
@@ -162,10 +145,8 @@ def test_chat_adapter_adds_its_template() -> None:
 
 @pytest.mark.parametrize(("declared", "flag"), [(600, "600"), (120.5, "120.5"), (1, "1")])
 def test_watchdog_is_passed_in_seconds(declared: float, flag: str) -> None:
-    assert (
-        value_of(argv_of(served(seed_profile(watchdog_timeout_s=declared))), "--watchdog-timeout")
-        == flag
-    )
+    argv = argv_of(served(example_profile(watchdog_timeout_s=declared)))
+    assert value_of(argv, "--watchdog-timeout") == flag
 
 
 @pytest.mark.parametrize(
@@ -180,13 +161,13 @@ def test_watchdog_is_passed_in_seconds(declared: float, flag: str) -> None:
     ],
 )
 def test_prefill_graph_flag_is_spelled_for_the_sglang_release(version: str, flag: str) -> None:
-    argv = argv_of(served(seed_profile()), version=version)
+    argv = argv_of(served(example_profile()), version=version)
     assert argv[-1] == flag
     assert prefill_graph_flag(version) == flag
 
 
 def test_prefill_graph_flag_is_omitted_when_the_profile_keeps_capture_on() -> None:
-    argv = argv_of(served(seed_profile(disable_piecewise_cuda_graph=False)))
+    argv = argv_of(served(example_profile(disable_piecewise_cuda_graph=False)))
     assert not any("piecewise" in a or "prefill-cuda-graph" in a for a in argv)
 
 
@@ -206,14 +187,14 @@ def test_prefill_graph_flag_is_omitted_when_the_profile_keeps_capture_on() -> No
     ],
 )
 def test_disable_cuda_graph_replaces_the_prefill_flag(version: str, args: list[str]) -> None:
-    argv = argv_of(served(seed_profile(disable_cuda_graph=True)), version=version)
+    argv = argv_of(served(example_profile(disable_cuda_graph=True)), version=version)
     assert argv[-len(args) :] == args
     assert prefill_graph_flag(version) not in argv
     assert disable_cuda_graph_args(version) == tuple(args)
 
 
 def test_disable_cuda_graph_in_extra_launch_args_drops_the_prefill_flag() -> None:
-    profile = {**seed_profile(), "extra_launch_args": ["--disable-cuda-graph"]}
+    profile = {**example_profile(), "extra_launch_args": ["--disable-cuda-graph"]}
     argv = argv_of(served(profile))
     assert argv[-1] == "--disable-cuda-graph"
     assert "--disable-prefill-cuda-graph" not in argv
@@ -221,7 +202,7 @@ def test_disable_cuda_graph_in_extra_launch_args_drops_the_prefill_flag() -> Non
 
 
 def test_extra_launch_args_come_last_in_order() -> None:
-    profile = {**seed_profile(), "extra_launch_args": ["--mem-fraction-static", "0.8", "--x"]}
+    profile = {**example_profile(), "extra_launch_args": ["--mem-fraction-static", "0.8", "--x"]}
     assert argv_of(served(profile))[-3:] == ["--mem-fraction-static", "0.8", "--x"]
 
 
@@ -277,7 +258,7 @@ def test_mask_is_written_after_the_profile_environment() -> None:
 
 
 def test_engine_env_is_the_worker_env_then_the_delta() -> None:
-    model = served({**seed_profile(), "extra_env": {"PATH_EXTRA": "x", "SHARED": "profile"}})
+    model = served({**example_profile(), "extra_env": {"PATH_EXTRA": "x", "SHARED": "profile"}})
     settings = Settings(devices=EIGHT)
     options = resolve_load_options(model, settings, env={})
     plan = plan_launch(model, options, EIGHT[4:], port=1, nccl_port=2, settings=settings)
@@ -291,7 +272,7 @@ def test_engine_env_is_the_worker_env_then_the_delta() -> None:
 
 
 def test_plan_summary_is_what_plan_prints() -> None:
-    model = served(seed_profile())
+    model = served(example_profile())
     settings = Settings(devices=EIGHT)
     options = resolve_load_options(model, settings, env={})
     plan = plan_launch(model, options, EIGHT[2:6], port=30001, nccl_port=30401, settings=settings)
@@ -303,7 +284,7 @@ def test_plan_summary_is_what_plan_prints() -> None:
 
 
 def test_plan_refuses_a_block_of_the_wrong_size() -> None:
-    model = served(seed_profile())
+    model = served(example_profile())
     settings = Settings(devices=EIGHT)
     options = resolve_load_options(model, settings, env={})
     with pytest.raises(ValueError, match="width 4 placed on 2 devices"):

@@ -33,6 +33,7 @@ from sie_worker.sizing.capacity import (
     gpu_from,
     kv_bytes_per_value,
     warnings_for,
+    whole_number,
     workload_for,
 )
 from sie_worker.sizing.gpus import GpuError, known_types
@@ -67,13 +68,13 @@ def register(sub: Any) -> None:
     add_gpu_arguments(parser)
     parser.add_argument(
         "--context",
-        type=_count,
+        type=whole_number,
         metavar="N",
         help="tokens per sequence (default: tasks.generate.context_length)",
     )
     parser.add_argument(
         "--sequences",
-        type=_count,
+        type=whole_number,
         metavar="N",
         help="sequences held at once (default: kv_budget_tokens / context, else 1)",
     )
@@ -194,16 +195,6 @@ def _config_json(served: ServedModel, model_dir: Path | None) -> Path | None:
     if not path.is_file():
         raise _SizeError(f"--model-dir {model_dir}: no config.json there")
     return path
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1, e.g. 8192")
-    return value
 
 
 def _params(text: str) -> float:

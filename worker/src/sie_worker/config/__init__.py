@@ -9,5 +9,6 @@
 - ``sglang_options``, ``reserved_flags``, ``sglang_release``: SGLang's flags as its own
   parsers resolve them, per release, and the ones the worker reserves
 - ``model_shape``: a model's files (local folder, config.json), head counts, the width rule
+- ``hf_config``: a model's config.json read once (layers, heads, head_dim, dtype, ...)
 - ``jsonpath``, ``yamldoc``: JSON paths for problems; strict YAML reading
 """

@@ -3,7 +3,7 @@
 Applied when a model loads, by ``sie-worker plan`` and by ``sie-worker validate --devices``.
 Every refusal is an :class:`~sie_worker.errors.InvalidConfig` listing all problems at once.
 
-Defaults (seed 000): ``tensor_parallel_size`` 1; ``request_read_timeout_s`` generation:
+Defaults: ``tensor_parallel_size`` 1; ``request_read_timeout_s`` generation:
 ``SIE_SGLANG_GENERATE_READ_TIMEOUT_S`` or none, embedding: 60; ``startup_timeout_s``
 ``SIE_MODEL_READY_TIMEOUT_S`` or 900; ``watchdog_timeout_s`` the engine's;
 ``disable_piecewise_cuda_graph`` true above width 1 (every width on ``sglang-cu130``);

@@ -2,22 +2,22 @@
 
 Tensor parallelism splits attention heads between GPUs, so a width must divide
 ``num_attention_heads`` and be a multiple or a divisor of ``num_key_value_heads``. The counts
-come from ``config.json`` (``text_config`` for multimodal models) in the model's local
-directory or the Hugging Face cache; when neither has it the check is skipped and the engine
-applies the same rule after it loads the weights.
+come from ``config.json`` (read by :mod:`sie_worker.config.hf_config`) in the model's local
+directory or the Hugging Face cache; when neither has it, or it does not give both counts as
+positive integers, the check is skipped and the engine applies the same rule after it loads
+the weights.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from sie_worker.config.hf_config import HFConfigError, read_hf_config
 from sie_worker.config.model import ModelConfig
 from sie_worker.config.rules import valid_widths
 
@@ -32,7 +32,6 @@ __all__ = [
 ]
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_TEXT_SECTIONS = ("text_config", "llm_config", "language_config")
 
 
 class ModelPathError(ValueError):
@@ -126,37 +125,12 @@ def head_counts(config: ModelConfig, env: Mapping[str, str] | None = None) -> He
     if path is None:
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        hf = read_hf_config(path)
+    except HFConfigError:
         return None
-    return _counts(data, path)
-
-
-def _counts(data: Any, path: Path) -> HeadCounts | None:
-    if not isinstance(data, dict):
+    if hf.attention_heads is None or hf.kv_heads is None:
         return None
-    section = data
-    for key in _TEXT_SECTIONS:
-        if isinstance(data.get(key), dict) and _first_int(data[key], _HEADS) is not None:
-            section = data[key]
-            break
-    heads = _first_int(section, _HEADS)
-    if heads is None:
-        return None
-    kv = _first_int(section, _KV_HEADS)
-    return HeadCounts(heads, kv if kv is not None else heads, path)
-
-
-_HEADS = ("num_attention_heads", "n_head", "num_heads")
-_KV_HEADS = ("num_key_value_heads", "n_head_kv", "num_kv_heads")
-
-
-def _first_int(section: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
-    for key in keys:
-        value = section.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    return HeadCounts(hf.attention_heads, hf.kv_heads, path)
 
 
 def width_fit_problems(width: int, counts: HeadCounts) -> list[str]:

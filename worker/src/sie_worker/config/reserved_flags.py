@@ -53,7 +53,8 @@ _OLD_DESTS: Mapping[str, str] = {
 _REASONS = {**_REASONS, **{old: _REASONS[new] for old, new in _OLD_DESTS.items()}}
 RESERVED_DESTS: frozenset[str] = frozenset(_REASONS)
 
-# The seed's list; used only when no generated table ships (should not happen).
+# The reserved option strings alone; used only when no generated table ships (should not
+# happen: the package carries one per SGLang release a bundle runs).
 _FALLBACK_OPTIONS: Mapping[str, str] = {
     "--tensor-parallel-size": "tp_size",
     "--tp-size": "tp_size",
@@ -77,7 +78,7 @@ _FALLBACK_OPTIONS: Mapping[str, str] = {
 
 
 def fallback_table() -> OptionTable:
-    """The seed's reserved flags alone: any prefix of one of them counts as that flag."""
+    """The reserved flags alone: any prefix of one of them counts as that flag."""
     return OptionTable("fallback", dict(_FALLBACK_OPTIONS), complete=False)
 
 

@@ -58,7 +58,9 @@ def width_problem(value: object) -> str | None:
 
 
 def width_fits_heads(width: int, attention_heads: int, kv_heads: int) -> bool:
-    """Seed 000: the width divides the attention heads and is a multiple or divisor of KV."""
+    """Whether tensor parallelism of ``width`` can split these heads: 1..8 GPUs, dividing the
+    attention heads, and a multiple or a divisor of the KV heads (KV heads are copied when
+    fewer than the width)."""
     return (
         1 <= width <= MAX_WIDTH
         and attention_heads % width == 0

@@ -38,6 +38,7 @@ __all__ = [
     "kv_bytes_per_value",
     "served_model_warnings",
     "warnings_for",
+    "whole_number",
     "workload_for",
 ]
 
@@ -84,7 +85,7 @@ def add_gpu_arguments(parser: argparse.ArgumentParser, *, per_node: bool = True)
     if per_node:
         parser.add_argument(
             "--gpus-per-node",
-            type=_positive_int,
+            type=whole_number,
             default=8,
             metavar="N",
             help="GPUs in one node, for replicas per node (default 8)",
@@ -241,11 +242,12 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
+def whole_number(text: str) -> int:
+    """An argparse type: a whole number of at least 1; ``_`` and ``,`` may group digits."""
     try:
-        value = int(text)
+        value = int(text.replace("_", "").replace(",", ""))
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1")
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1, e.g. 8192")
     return value

@@ -1,7 +1,7 @@
 """GPU types and memory sizes for capacity planning (``sie-worker size``).
 
 Units: every size here is in bytes, and "GB" means 10**9 bytes, as in the vendors' data
-sheets and the seeds' arithmetic ("one 80 GB GPU, 90% usable" is ``80e9 * 0.9`` bytes).
+sheets ("one 80 GB GPU, 90% usable" is ``80e9 * 0.9`` bytes).
 The table holds the nominal data-sheet figure; a real card usually reports a little more
 (an H100 80 GB shows about 85.0e9 bytes), so plans made from it err on the safe side.
 ``GiB`` (2**30 bytes) is accepted on input and used only for Kubernetes quantities.

@@ -1,7 +1,8 @@
 """What capacity planning reads from a model directory: shape, dtype, parameter count.
 
-``config.json`` gives layers, attention and KV heads, head_dim (else hidden_size / heads),
-the dtype and any quantization; multimodal models keep these in ``text_config``.
+``config.json`` (read by :mod:`sie_worker.config.hf_config`) gives layers, attention and KV
+heads, head_dim, the dtype and any quantization; sizing refuses a config.json that lacks
+layers, attention heads or head_dim, or holds a field that is not a positive integer.
 Parameter count and checkpoint bytes come from the safetensors files: each file's header
 (8-byte length, then JSON with every tensor's dtype, shape and byte range), read without
 touching the tensor data, else the index's ``metadata`` (``total_size`` in bytes,
@@ -18,6 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sie_worker.config.hf_config import (
+    HFConfig,
+    HFConfigError,
+    dtype_bits,
+    parse_hf_config,
+    read_hf_config,
+)
 from sie_worker.sizing.plan import Shape
 
 __all__ = [
@@ -25,7 +33,6 @@ __all__ = [
     "ModelStats",
     "ModelStatsError",
     "Weights",
-    "bits_from_config",
     "read_checkpoint",
     "read_model_stats",
     "resolve_weights",
@@ -34,21 +41,6 @@ __all__ = [
 
 _INDEX_NAME = "model.safetensors.index.json"
 _MAX_HEADER_BYTES = 100 * 2**20  # real headers are a few MB; refuse a corrupt length
-_FLOAT_BITS = {
-    "float32": 32,
-    "float": 32,
-    "fp32": 32,
-    "bfloat16": 16,
-    "bf16": 16,
-    "float16": 16,
-    "half": 16,
-    "fp16": 16,
-    "float8_e4m3fn": 8,
-    "float8_e5m2": 8,
-    "fp8": 8,
-}
-# Per-group scale (16 bits) and zero point (the weight's own bits) of GPTQ/AWQ-style groups.
-_GROUP_OVERHEAD_BITS = 16
 
 
 class ModelStatsError(ValueError):
@@ -75,82 +67,35 @@ class ModelStats:
     max_position_embeddings: int | None
 
 
-def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    # Multimodal configs keep the language model's shape in text_config (seed 000).
-    for key in ("text_config", "llm_config", "language_config"):
-        inner = config.get(key)
-        if isinstance(inner, Mapping) and "num_attention_heads" in inner:
-            return inner
-    return config
-
-
-def _positive_int(config: Mapping[str, Any], names: tuple[str, ...], where: str) -> int | None:
-    for name in names:
-        value = config.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ModelStatsError(f"{where}: {name} is {value!r}, expected a positive integer")
-        return value
-    return None
+def _shape(hf: HFConfig) -> Shape:
+    # Refusals in the order a reader meets the fields: layers and heads, then the rest.
+    for name in ("layers", "attention_heads"):
+        if name in hf.invalid:
+            raise ModelStatsError(hf.invalid[name])
+    layers, heads = hf.layers, hf.attention_heads
+    if layers is None or heads is None:
+        named = (("num_hidden_layers", layers), ("num_attention_heads", heads))
+        missing = " and ".join(key for key, value in named if value is None)
+        raise ModelStatsError(f"{hf.source}: {missing} missing; size needs both")
+    for name in ("kv_heads", "head_dim", "kv_latent_dim"):
+        if name in hf.invalid:
+            raise ModelStatsError(hf.invalid[name])
+    if hf.head_dim is None:
+        raise ModelStatsError(f"{hf.source}: neither head_dim nor hidden_size is set")
+    # Known heads and a valid (or absent) KV count always give a KV count.
+    assert hf.kv_heads is not None
+    return Shape(
+        layers=layers,
+        attention_heads=heads,
+        kv_heads=hf.kv_heads,
+        head_dim=hf.head_dim,
+        kv_latent_dim=hf.kv_latent_dim,
+    )
 
 
 def shape_from_config(config: Mapping[str, Any], *, where: str = "config.json") -> Shape:
     """The :class:`Shape` of a parsed config.json; the error names the missing field."""
-    text = _text_config(config)
-    layers = _positive_int(text, ("num_hidden_layers", "n_layer", "num_layers"), where)
-    heads = _positive_int(text, ("num_attention_heads", "n_head"), where)
-    missing = [
-        n for n, v in (("num_hidden_layers", layers), ("num_attention_heads", heads)) if v is None
-    ]
-    if missing or layers is None or heads is None:
-        raise ModelStatsError(f"{where}: {' and '.join(missing)} missing; size needs both")
-    kv = _positive_int(text, ("num_key_value_heads", "n_head_kv", "num_kv_heads"), where)
-    if kv is None:
-        kv = 1 if text.get("multi_query") is True else heads
-    head_dim = _positive_int(text, ("head_dim",), where)
-    if head_dim is None:
-        hidden = _positive_int(text, ("hidden_size", "n_embd", "d_model"), where)
-        if hidden is None:
-            raise ModelStatsError(f"{where}: neither head_dim nor hidden_size is set")
-        head_dim = hidden // heads
-    latent = None
-    kv_lora_rank = _positive_int(text, ("kv_lora_rank",), where)
-    if kv_lora_rank is not None:
-        latent = kv_lora_rank + (_positive_int(text, ("qk_rope_head_dim",), where) or 0)
-    return Shape(
-        layers=layers, attention_heads=heads, kv_heads=kv, head_dim=head_dim, kv_latent_dim=latent
-    )
-
-
-def bits_from_config(config: Mapping[str, Any]) -> tuple[float | None, str, bool]:
-    """(bits per weight, where they came from, quantized?) from dtype / quantization_config."""
-    text = _text_config(config)
-    quant = config.get("quantization_config") or text.get("quantization_config")
-    if isinstance(quant, Mapping):
-        method = str(quant.get("quant_method", "")).lower()
-        bits = quant.get("bits", quant.get("w_bit"))
-        if isinstance(bits, int | float) and not isinstance(bits, bool) and bits > 0:
-            group = quant.get("group_size", quant.get("q_group_size"))
-            extra = (
-                (_GROUP_OVERHEAD_BITS + bits) / group
-                if isinstance(group, int) and not isinstance(group, bool) and group > 0
-                else 0.0
-            )
-            return float(bits) + extra, f"quantization_config ({method or 'bits'})", True
-        if method in ("fp8", "fbgemm_fp8"):
-            return 8.0, f"quantization_config ({method})", True
-        if quant.get("load_in_8bit") is True:
-            return 8.0, "quantization_config (load_in_8bit)", True
-        if quant.get("load_in_4bit") is True:
-            return 4.5, "quantization_config (load_in_4bit)", True
-        return None, f"quantization_config ({method or 'unknown'})", True
-    for holder in (text, config):
-        for key in ("torch_dtype", "dtype"):
-            name = holder.get(key)
-            if isinstance(name, str) and name.lower() in _FLOAT_BITS:
-                return float(_FLOAT_BITS[name.lower()]), f"config.json {key}", False
-    return None, "unknown", False
+    return _shape(parse_hf_config(config, source=where))
 
 
 def _read_header(path: Path) -> dict[str, Any]:
@@ -225,22 +170,20 @@ def read_checkpoint(model_dir: Path, *, quantized: bool) -> Checkpoint:
 def read_model_stats(config_path: Path) -> ModelStats:
     """Shape, dtype and checkpoint totals of the model whose config.json is ``config_path``."""
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelStatsError(f"{config_path}: cannot read: {exc}") from exc
-    if not isinstance(config, Mapping):
-        raise ModelStatsError(f"{config_path}: not a JSON object")
-    shape = shape_from_config(config, where=str(config_path))
-    bits, bits_source, quantized = bits_from_config(config)
-    positions = _positive_int(_text_config(config), ("max_position_embeddings",), str(config_path))
+        hf = read_hf_config(config_path)
+    except HFConfigError as exc:
+        raise ModelStatsError(str(exc)) from exc
+    shape = _shape(hf)
+    if "max_position_embeddings" in hf.invalid:
+        raise ModelStatsError(hf.invalid["max_position_embeddings"])
     return ModelStats(
         config_path=config_path,
         shape=shape,
-        bits_per_weight=bits,
-        bits_source=bits_source,
-        quantized=quantized,
-        checkpoint=read_checkpoint(config_path.parent, quantized=quantized),
-        max_position_embeddings=positions,
+        bits_per_weight=hf.bits_per_weight,
+        bits_source=hf.bits_source,
+        quantized=hf.quantized,
+        checkpoint=read_checkpoint(config_path.parent, quantized=hf.quantized),
+        max_position_embeddings=hf.max_position_embeddings,
     )
 
 
@@ -272,7 +215,7 @@ def resolve_weights(
     """
     ckpt = stats.checkpoint
     precision = (compute_precision or "").lower()
-    runtime = None if stats.quantized else _FLOAT_BITS.get(precision)
+    runtime = None if stats.quantized else dtype_bits(precision)
     use_bits: float | None
     if bits is not None:
         use_bits, bits_source = bits, "--bits"

@@ -1,9 +1,9 @@
 """Capacity arithmetic for ``sie-worker size``: model shape and numbers in, a plan out.
 
 Pure functions, no I/O. Units: bytes throughout, "GB" in messages is 1e9 bytes (the
-seeds' and the GPU data sheets' unit, see :mod:`sie_worker.sizing.gpus`).
+GPU data sheets' unit, see :mod:`sie_worker.sizing.gpus`).
 
-The model, following the seeds:
+The model:
 
 - weights = parameters x bits per weight / 8;
 - KV cache per token = 2 (K and V) x layers x KV heads x head_dim x bytes per value
@@ -56,7 +56,8 @@ __all__ = [
 
 GB = 1e9
 GIB = 2**30
-# Seed 000's l4-4x pool: 8Gi of /dev/shm and 16Gi/32Gi (request/limit) of memory per GPU.
+# The example l4-4x pool's figures: 8Gi of /dev/shm and 16Gi/32Gi (request/limit) of memory
+# per GPU.
 _SHM_GIB_PER_GPU = 8
 _MEMORY_REQUEST_GIB_PER_GPU = 16
 _MEMORY_LIMIT_GIB_PER_GPU = 32
@@ -105,7 +106,7 @@ class WidthChoice:
 
 @dataclass(frozen=True)
 class PoolSuggestion:
-    """A starting point for a chart pool (seed 000: measure, then adjust)."""
+    """A starting point for a chart pool: measure the real use, then adjust."""
 
     gpu_count: int
     device_group: bool
@@ -140,7 +141,8 @@ def weights_bytes(params: float, bits_per_weight: float) -> float:
 
 
 def kv_bytes_per_token(shape: Shape, kv_bytes_per_value: float = 2.0) -> float:
-    """KV cache bytes one token holds across all layers (seed 001's per-request formula)."""
+    """KV cache bytes one token holds across all layers: 2 x layers x KV heads x head_dim x
+    bytes per value, or layers x the latent width for latent attention."""
     if shape.kv_latent_dim is not None:
         return shape.layers * shape.kv_latent_dim * kv_bytes_per_value
     return 2 * shape.layers * shape.kv_heads * shape.head_dim * kv_bytes_per_value
@@ -164,7 +166,7 @@ def minimum_gpus(need_bytes: float, gpu_memory_bytes: float, usable: float) -> i
 
 
 def max_concurrency(kv_budget_bytes: float, kv_bytes_per_sequence: float) -> int:
-    """Sequences of full context the budget holds at once (seed 001: budget // per request)."""
+    """Sequences of full context the budget holds at once: budget // KV bytes per sequence."""
     if kv_bytes_per_sequence <= 0:
         raise ValueError("kv_bytes_per_sequence must be above zero")
     return max(0, math.floor(kv_budget_bytes / kv_bytes_per_sequence + _EPS))
@@ -247,7 +249,7 @@ def choose_width(
 def suggest_pool(width: int, model_weights_bytes: float) -> PoolSuggestion:
     """Chart values for a pool that runs one replica per pod.
 
-    Per GPU it starts from seed 000's l4-4x figures (8Gi shm, 16Gi/32Gi memory); the limit
+    Per GPU it starts from the l4-4x pool's figures (8Gi shm, 16Gi/32Gi memory); the limit
     also holds the whole checkpoint plus /dev/shm, since the ranks read their shards through
     host memory while loading and what the engine writes to /dev/shm counts against it.
     """
@@ -322,7 +324,8 @@ def plan(model: ModelSize, workload: Workload, hardware: Hardware) -> Plan:
 
 
 def plan_weights_only(model_weights_bytes: float, hardware: Hardware) -> Plan:
-    """The plan without a config.json: weights only, width a power of two (seed 001's rule).
+    """The plan without a config.json: weights only, the width the smallest power of two that
+    holds them.
 
     Head counts are unknown, so the width is not checked against them and the KV cache is
     not counted; the reason says so.
@@ -380,7 +383,8 @@ def config_warnings(
     """Problems a declared width / KV budget will meet on ``hardware`` (warnings, not refusals).
 
     1. ``tensor_parallel_size`` cannot hold the weights; 2. ``kv_budget_tokens`` does not
-    fit beside them; 3. the model fits one GPU but is split (seed 000: replicas first).
+    fit beside them; 3. the model fits one GPU but is split (more replicas of width 1 serve
+    more than one split replica).
     ``devices``, when known, is how many GPUs the server has; messages mention it when
     the width they call for is larger. Paths name ``profile``; the width's names
     ``loadtime_profile``, the profile whose loadtime block ``profile`` inherits, when given.

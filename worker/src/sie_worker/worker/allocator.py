@@ -1,6 +1,6 @@
 """Block placement: which contiguous devices a model gets and whom it evicts. Pure, no I/O.
 
-Rules (seed 000, "How the server places a model"):
+Rules:
 
 - A width-N model claims a contiguous block of N devices, exclusively, while it stays loaded.
 - An empty block is taken when one exists: the first one in device-list order.

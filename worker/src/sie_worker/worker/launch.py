@@ -155,7 +155,7 @@ def engine_argv(
     if options.watchdog_timeout_s is not None:
         argv += ["--watchdog-timeout", _seconds(options.watchdog_timeout_s)]
     if options.disable_cuda_graph:
-        # Graphs off entirely: the prefill switch has no effect (seed 000), so it is omitted.
+        # Graphs off entirely: the prefill switch then has no effect, so it is omitted.
         if profile.loadtime.get("disable_cuda_graph") is True:
             argv += disable_cuda_graph_args(version)
     elif options.disable_piecewise_cuda_graph:

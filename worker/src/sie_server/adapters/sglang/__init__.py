@@ -9,7 +9,8 @@ from sie_server.adapters.base import Adapter, EngineKind, Task
 
 __all__ = ["SGLANG_LOADTIME_OPTIONS", "SGLangAdapter"]
 
-# The seed's six options plus disable_cuda_graph; adapters built on these may add more.
+# What every SGLang adapter accepts in adapter_options.loadtime; adapters built on these
+# may add more.
 SGLANG_LOADTIME_OPTIONS: tuple[str, ...] = (
     "tensor_parallel_size",
     "request_read_timeout_s",

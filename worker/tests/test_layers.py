@@ -1,0 +1,84 @@
+"""The parts of ``sie_worker`` import one another only as docs/architecture.md says: what a
+config means is decided without a server, ``http`` is shared by every app, and the default
+engine runs as its own process."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import sie_worker
+
+PACKAGE = Path(sie_worker.__file__).resolve().parent
+# part -> parts it must never import
+FORBIDDEN = {
+    "config": {"sizing", "worker", "router", "gateway", "commands"},
+    "sizing": {"worker", "router", "gateway", "commands"},
+    "worker": {"router"},
+    "router": {"worker"},
+}
+# part -> the only parts it may import besides itself
+ONLY = {"http": {"errors"}, "engines": set()}
+
+
+def _part(module: str) -> str:
+    """``sie_worker.config.rules`` -> ``config``; top-level modules are their own part."""
+    return module.split(".")[1]
+
+
+def _imports(path: Path) -> set[str]:
+    """The ``sie_worker`` modules one file imports (absolute and relative)."""
+    module = "sie_worker." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("sie_worker.")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                name = f"{base}.{node.module}" if node.module else base
+            else:
+                name = node.module or ""
+            if name == "sie_worker":  # from sie_worker import errors
+                found |= {f"sie_worker.{a.name}" for a in node.names}
+            elif name.startswith("sie_worker."):
+                found.add(name)
+    return found
+
+
+FILES = sorted(PACKAGE.rglob("*.py"))
+
+
+def _part_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(PACKAGE))
+
+
+@pytest.mark.parametrize(
+    "path",
+    [f for f in FILES if _part_of(f) in FORBIDDEN],
+    ids=_name,
+)
+def test_part_imports_no_part_above_or_beside_it(path: Path) -> None:
+    part = _part_of(path)
+    wrong = sorted(m for m in _imports(path) if _part(m) in FORBIDDEN[part])
+    assert wrong == [], f"sie_worker/{path.relative_to(PACKAGE)} ({part}/) imports {wrong}"
+
+
+@pytest.mark.parametrize("path", [f for f in FILES if _part_of(f) in ONLY], ids=_name)
+def test_shared_http_and_the_engine_import_only_what_they_may(path: Path) -> None:
+    part = _part_of(path)
+    wrong = sorted(m for m in _imports(path) if _part(m) not in ONLY[part] | {part})
+    assert wrong == [], f"sie_worker/{path.relative_to(PACKAGE)} ({part}/) imports {wrong}"
+
+
+def test_the_import_check_sees_imports() -> None:
+    # The check is only as good as its parser: known imports must be found.
+    assert "sie_worker.config.rules" in _imports(PACKAGE / "config" / "reader.py")
+    assert "sie_worker.errors" in _imports(PACKAGE / "http" / "errors.py")
