@@ -20,7 +20,8 @@ group's in-flight + 1) / candidates)``. The least loaded candidate always fits.
    tier the first fitting pod in the key's rendezvous-hash order (highest
    ``hash(key, pod)`` first): a session sticks to one pod, moves only when that pod is
    over the bound or gone, and only a share ``1/n`` of sessions moves when a pod joins.
-   The reason is ``affinity``, or ``affinity_spill`` when it skipped pods over the bound.
+   The reason is ``affinity``, or ``affinity_spill`` when a pod of that tier or a better
+   one came first in the key's order but was over the bound.
 
 None of it depends on the order of the input; ties go to the lowest name.
 """
@@ -164,12 +165,13 @@ def choose(
         pod = min(in_tier, key=lambda p: (p.outstanding, p.name))
         return Decision(group.key, pod.name, _TIERS[tier])
     by_name = {p.name: p for p in candidates}
-    skipped = False
+    skipped = False  # a pod at least as good came first in the session's order, but was full
     for name in rendezvous_order(session, by_name):
         pod = by_name[name]
-        if tier_of(pod, model, width) != tier:
+        pod_tier = tier_of(pod, model, width)
+        if pod_tier > tier:
             continue
-        if fits(pod, cap, slot_target):
+        if pod_tier == tier and fits(pod, cap, slot_target):
             return Decision(group.key, name, "affinity_spill" if skipped else "affinity")
         skipped = True
     raise AssertionError("unreachable: the chosen tier has a fitting pod")

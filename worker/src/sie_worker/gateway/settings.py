@@ -14,6 +14,7 @@
 | ``SIE_GATEWAY_POLL_INTERVAL_S`` / ``_POLL_TIMEOUT_S`` | 1 / 5 | polls of each pod's router |
 | ``SIE_GATEWAY_DOWN_AFTER_FAILURES`` | 3 | failed polls in a row that take a pod out of rotation |
 | ``SIE_GATEWAY_CONNECT_TIMEOUT_S`` / ``_READ_TIMEOUT_S`` | 2 / 3600 | relay timeouts |
+| ``SIE_GATEWAY_RELOAD_INTERVAL_S`` | 1 | how often a local pools file is checked for changes |
 | ``SIE_DRAIN_TIMEOUT_S`` | 30 | how long in-flight requests may finish after SIGTERM |
 """
 
@@ -94,6 +95,7 @@ class GatewaySettings:
                 connect_timeout_s=_seconds(env, "SIE_GATEWAY_CONNECT_TIMEOUT_S", 2.0),
                 read_timeout_s=_seconds(env, "SIE_GATEWAY_READ_TIMEOUT_S", 3600.0),
                 drain_timeout_s=_seconds(env, "SIE_DRAIN_TIMEOUT_S", 30.0),
+                reload_interval_s=_seconds(env, "SIE_GATEWAY_RELOAD_INTERVAL_S", 1.0),
             )
         except GatewaySettingsError:
             raise
