@@ -98,7 +98,7 @@ class PodState:
     inflight_by_model: Counter[str] = field(default_factory=Counter)
     aborts: set[Abort] = field(default_factory=set)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    scope: anyio.CancelScope | None = None  # the poller's, while it runs
 
     @property
     def routable(self) -> bool:
@@ -205,13 +205,13 @@ class Fleet:
             if endpoint is not None and endpoint.url == pod.url:
                 if pod.removed:  # listed again while it still finished requests: revive it
                     pod.removed = False
-                    pod.scope = anyio.CancelScope()
                     self._start(pod)
                 continue
             if not pod.removed:
                 logger.info("%s: pod %s (%s) left the pool", key, name, pod.url)
                 pod.removed = True
-                pod.scope.cancel()
+                if pod.scope is not None:
+                    pod.scope.cancel()
             if pod.outstanding == 0:
                 del group.pods[name]
         for name, endpoint in listed.items():
@@ -331,7 +331,8 @@ class Fleet:
         headers = (
             {"authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
         )
-        with pod.scope:
+        pod.scope = scope = anyio.CancelScope()
+        with scope:
             while not pod.removed:
                 pod.wake.clear()
                 started = self.clock()
