@@ -130,12 +130,13 @@ def start_pod(
         devices: str = "cuda:0",
         worker_env: Mapping[str, str] | None = None,
         router_env: Mapping[str, str] | None = None,
+        port: int | None = None,
         wait: bool = True,
     ) -> PodProcess:
         workers = [
             start_worker(configs, devices=devices, env=worker_env, wait=False) for _ in range(slots)
         ]
-        port = free_port()
+        port = port or free_port()
         log_path = tmp_path / f"router-{len(pods)}.log"
         env = _base_env()
         env.update(
@@ -172,12 +173,14 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
         *,
         env: Mapping[str, str] | None = None,
         config_dir: Path | None = None,
+        port: int | None = None,
+        wrapper: Sequence[str] = (),
         wait: bool = True,
     ) -> GatewayProcess:
         index = len(gateways)
         pools_file = tmp_path / f"gateway-{index}-pools.yaml"
         log_path = tmp_path / f"gateway-{index}.log"
-        port = free_port()
+        port = port or free_port()
         full_env = _base_env()
         full_env.update(
             {
@@ -188,7 +191,7 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
                 **(env or {}),
             }
         )
-        argv = [sys.executable, "-m", "sie_worker", "gateway", "--port", str(port)]
+        argv = [*wrapper, sys.executable, "-m", "sie_worker", "gateway", "--port", str(port)]
         if config_dir is not None:
             argv += ["--config-dir", str(config_dir)]
         write_pools(pools_file, pools)
