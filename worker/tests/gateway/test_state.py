@@ -75,7 +75,12 @@ def test_a_pod_that_leaves_finishes_its_requests_and_one_marked_down_aborts_them
     assert "p0" not in fleet.groups[KEY].pods
     fleet.mark_down(p1, "connection refused")
     assert aborted == ["p1"]
-    assert (p1.up, p1.down, p1.last_error) == (False, True, "connection refused")
+    assert (p1.up, p1.answering, p1.down, p1.last_error) == (
+        False,
+        False,
+        True,
+        "connection refused",
+    )
 
 
 def test_a_pool_at_zero_is_discovered_with_no_pods() -> None:

@@ -333,7 +333,7 @@ class Gateway:
     def _listings(self) -> dict[PoolKey, frozenset[str] | None]:
         listings: dict[PoolKey, frozenset[str] | None] = {}
         for key, group in self.fleet.groups.items():
-            polled = [p for p in group.pods.values() if p.up and not p.removed]
+            polled = [p for p in group.pods.values() if p.answering and not p.removed]
             listings[key] = frozenset(m for p in polled for m in p.models) if polled else None
         return listings
 

@@ -142,36 +142,59 @@ def choose(
     factor: float = BALANCE_FACTOR,
 ) -> Decision | None:
     """The pod for one request, or None when no group has a candidate (hold the request)."""
-    best: tuple[tuple[int, float, int], GroupView, list[PodLike], int] | None = None
+    # One pass per group: each candidate's tier is computed once (this runs per request).
+    best_rank: tuple[int, float, int] | None = None
+    best: tuple[GroupView, list[tuple[PodLike, int, bool]]] | None = None
     for group in groups:
-        candidates = [p for p in group.pods if p.up and p.name not in exclude]
+        if exclude:
+            candidates = [p for p in group.pods if p.up and p.name not in exclude]
+        else:
+            candidates = [p for p in group.pods if p.up]
         if not candidates:
             continue
-        cap = load_cap(sum(p.outstanding for p in candidates), len(candidates), factor)
-        fitting = [p for p in candidates if fits(p, cap, slot_target)]
-        tier = min(tier_of(p, model, width) for p in fitting)
-        slots = sum(p.slots for p in candidates)
-        rank = (tier, sum(p.outstanding for p in candidates) / slots, group.order)
-        if best is None or rank < best[0]:
-            best = (rank, group, candidates, cap)
-    if best is None:
+        total = 0
+        slots = 0
+        for p in candidates:
+            total += p.outstanding
+            slots += p.slots
+        cap = load_cap(total, len(candidates), factor)
+        rated: list[tuple[PodLike, int, bool]] = []
+        tier = 4
+        for p in candidates:
+            load = p.outstanding
+            fit = load < p.slots * slot_target or load + 1 <= cap
+            state = p.models.get(model)
+            t = (
+                0
+                if state == "ready"
+                else 1
+                if state == "loading"
+                else 2
+                if p.free_run >= width
+                else 3
+            )
+            rated.append((p, t, fit))
+            if fit and t < tier:
+                tier = t
+        rank = (tier, total / slots, group.order)
+        if best_rank is None or rank < best_rank:
+            best_rank, best = rank, (group, rated)
+    if best is None or best_rank is None:
         return None
-    _, group, candidates, cap = best
-    tier = best[0][0]
+    group, rated = best
+    tier = best_rank[0]
     if session is None:
-        in_tier = [
-            p for p in candidates if tier_of(p, model, width) == tier and fits(p, cap, slot_target)
-        ]
-        pod = min(in_tier, key=lambda p: (p.outstanding, p.name))
+        pod = min(
+            (p for p, t, fit in rated if t == tier and fit), key=lambda p: (p.outstanding, p.name)
+        )
         return Decision(group.key, pod.name, _TIERS[tier])
-    by_name = {p.name: p for p in candidates}
+    # The key's rendezvous order, among pods of the chosen tier or better only.
+    ranked = sorted(
+        ((-_score(session, p.name), p.name, t, fit) for p, t, fit in rated if t <= tier)
+    )
     skipped = False  # a pod at least as good came first in the session's order, but was full
-    for name in rendezvous_order(session, by_name):
-        pod = by_name[name]
-        pod_tier = tier_of(pod, model, width)
-        if pod_tier > tier:
-            continue
-        if pod_tier == tier and fits(pod, cap, slot_target):
+    for _, name, t, fit in ranked:
+        if t == tier and fit:
             return Decision(group.key, name, "affinity_spill" if skipped else "affinity")
         skipped = True
     raise AssertionError("unreachable: the chosen tier has a fitting pod")

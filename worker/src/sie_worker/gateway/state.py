@@ -81,10 +81,13 @@ class PodState:
     url: str
     key: PoolKey
     slots: int
-    up: bool = False
+    answering: bool = False  # its last poll succeeded
     down: bool = False  # out of rotation (refused, or missed polls), not back yet
     ready: bool = False
     removed: bool = False  # no longer listed by discovery; finishing what it serves
+    # Routable: answering, ready and still listed. A plain attribute (kept by sync()), as
+    # the policy reads it for every pod of every decision.
+    up: bool = False
     failures: int = 0
     last_error: str | None = None
     models: dict[str, str] = field(default_factory=dict)
@@ -102,7 +105,10 @@ class PodState:
 
     @property
     def routable(self) -> bool:
-        return self.up and self.ready and not self.removed
+        return self.up
+
+    def sync(self) -> None:
+        self.up = self.answering and self.ready and not self.removed
 
     def apply(self, model: str, served: bool) -> None:
         state = self.models.get(model)
@@ -111,39 +117,6 @@ class PodState:
         elif state not in ("ready", "loading"):
             self.models[model] = "loading"
             self.free_run = max(0, self.free_run - self.widths.get(model, 1))
-
-
-class _RoutingView:
-    """A pod as routing sees it: up means answering, ready and not leaving."""
-
-    __slots__ = ("_pod",)
-
-    def __init__(self, pod: PodState) -> None:
-        self._pod = pod
-
-    @property
-    def name(self) -> str:
-        return self._pod.name
-
-    @property
-    def up(self) -> bool:
-        return self._pod.routable
-
-    @property
-    def slots(self) -> int:
-        return self._pod.slots
-
-    @property
-    def outstanding(self) -> int:
-        return self._pod.outstanding
-
-    @property
-    def models(self) -> Mapping[str, str]:
-        return self._pod.models
-
-    @property
-    def free_run(self) -> int:
-        return self._pod.free_run
 
 
 @dataclass
@@ -160,7 +133,7 @@ class Group:
         return [p for p in self.pods.values() if p.routable]
 
     def view(self) -> GroupView:
-        return GroupView(self.spec.key, self.order, [_RoutingView(p) for p in self.pods.values()])
+        return GroupView(self.spec.key, self.order, list(self.pods.values()))
 
 
 class Fleet:
@@ -205,11 +178,13 @@ class Fleet:
             if endpoint is not None and endpoint.url == pod.url:
                 if pod.removed:  # listed again while it still finished requests: revive it
                     pod.removed = False
+                    pod.sync()
                     self._start(pod)
                 continue
             if not pod.removed:
                 logger.info("%s: pod %s (%s) left the pool", key, name, pod.url)
                 pod.removed = True
+                pod.sync()
                 if pod.scope is not None:
                     pod.scope.cancel()
             if pod.outstanding == 0:
@@ -281,10 +256,11 @@ class Fleet:
 
     def mark_down(self, pod: PodState, reason: str) -> None:
         """Take the pod out of rotation and abort its in-flight requests."""
-        was_up = pod.up
-        pod.up = False
+        was_up = pod.answering
+        pod.answering = False
         pod.down = True
         pod.ready = False
+        pod.sync()
         pod.last_error = reason
         pod.pending.clear()
         if was_up:
@@ -313,11 +289,12 @@ class Fleet:
             pod.apply(model, served)
         pod.failures = 0
         pod.last_error = None
-        if not pod.up:
+        if not pod.answering:
             logger.info("%s: pod %s (%s) answers", pod.key, pod.name, pod.url)
-        pod.up = True
+        pod.answering = True
         pod.down = False
         pod.ready = poll.ready
+        pod.sync()
         self._publish(self.groups[pod.key])
         self.notify()
 
@@ -349,7 +326,7 @@ class Fleet:
         labels = {"pool": group.spec.pool, "bundle": group.spec.bundle}
         live = [p for p in group.pods.values() if not p.removed]
         self.metrics.pods.labels(**labels, state="discovered").set(len(live))
-        self.metrics.pods.labels(**labels, state="up").set(sum(p.up for p in live))
+        self.metrics.pods.labels(**labels, state="up").set(sum(p.answering for p in live))
         self.metrics.pods.labels(**labels, state="ready").set(sum(p.routable for p in live))
 
 
