@@ -61,15 +61,15 @@ __all__ = ["main"]
 
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "Gateway"
-_PATHS = ("direct", "router+worker", "gateway+router+worker")
+_PATHS = ("direct", "worker", "gateway+worker", "router+worker", "gateway+router+worker")
 
 
 # -- 1. streams ---------------------------------------------------------------------------
 
 
-def _start_gateway(router: Service, cpus: set[int] | None) -> Service:
+def _start_gateway(router: Service, cpus: set[int] | None, name: str = "gateway") -> Service:
     port = free_port()
-    pools = OUT / "gateway-pools.yaml"
+    pools = OUT / f"{name}-pools.yaml"
     pools.write_text(
         yaml.safe_dump(
             [{"pool": "bench", "bundle": "sglang", "gpu_type": "l4", "endpoints": [router.url]}]
@@ -78,7 +78,7 @@ def _start_gateway(router: Service, cpus: set[int] | None) -> Service:
     env = worker_env({"SIE_GATEWAY_POOLS": str(pools), "SIE_GATEWAY_POLL_INTERVAL_S": "0.5"})
     argv = [sys.executable, "-m", "sie_worker", "gateway", "--port", str(port),
             "--log-level", "warning"]  # fmt: skip
-    service = spawn("gateway", argv, port=port, env=env, cpus=cpus)
+    service = spawn(name, argv, port=port, env=env, cpus=cpus)
     wait_http(service.url + "/readyz", proc=service.proc)
     deadline = time.monotonic() + 30
     while bs._smoke(service.url + "/v1/completions") is not None:
@@ -106,9 +106,18 @@ def bench_streams(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[
         running.append(router)
         gateway = _start_gateway(router, client)
         running.append(gateway)
+        # The gateway straight in front of the worker (it answers the same polls as a pod
+        # router): the gateway's own cost, without the router's hop.
+        gateway_worker = _start_gateway(worker, client, "gateway-worker")
+        running.append(gateway_worker)
         pids = [router.proc.pid, worker.proc.pid]
         paths = {
             "direct": bs.Path_("direct", engine_url, [], engine_pid, "the engine's port"),
+            "worker": bs.Path_("worker", worker.url, [worker.proc.pid], engine_pid, "serve"),
+            "gateway+worker": bs.Path_(
+                "gateway+worker", gateway_worker.url,
+                [gateway_worker.proc.pid, worker.proc.pid], engine_pid, "gateway -> serve",
+            ),
             "router+worker": bs.Path_("router+worker", router.url, pids, engine_pid, "route"),
             "gateway+router+worker": bs.Path_(
                 "gateway+router+worker", gateway.url, [gateway.proc.pid, *pids], engine_pid,
@@ -128,7 +137,7 @@ def bench_streams(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[
                 print(bs._line(cell), flush=True)
             # The gateway's own CPU per event, on its own, in one more cell.
             cell = bs._cell(gateway_only, mode, streams, ns)
-            cell["streams"], cell["path"] = streams, "gateway alone (CPU)"
+            cell["streams"], cell["path"] = streams, "gateway+router+worker, gateway CPU only"
             cells.append(cell)
         if args.profile:
             streams = max(args.streams)
@@ -224,8 +233,8 @@ def _section(data: dict[str, Any]) -> str:
             "### Streams through gateway + router + worker vs direct (50 tok/s per stream)",
             "",
             "| streams | path | tokens/s | vs direct | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) "
-            "| added p99 ITL vs direct (ms) | CPU µs/event | errors |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| added p99 ITL vs direct (ms) | CPU µs/event | others' CPU | errors |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for streams in sorted({c["streams"] for c in cells}):
             row = {c["path"]: c for c in cells if c["streams"] == streams}
@@ -240,9 +249,19 @@ def _section(data: dict[str, Any]) -> str:
                     f"{cell['ttft_p50_s'] * 1000:.1f} / {cell['ttft_p99_s'] * 1000:.1f} | "
                     f"{cell['itl_p50_s'] * 1000:.2f} / {cell['itl_p99_s'] * 1000:.2f} | "
                     f"{'-' if name == 'direct' else f'{added:+.2f}'} | "
-                    f"{'-' if cpu is None else f'{cpu:.1f}'} | {cell['errors']} |"
+                    f"{'-' if cpu is None else f'{cpu:.1f}'} | "
+                    f"{cell.get('others_cpu_share', 0.0):.0%} | {cell['errors']} |"
                 )
         lines.append("")
+    for profile in data.get("profiles") or []:
+        top = ", ".join(
+            f"{f['frame'].split(' (')[0]} {f['share']:.0%}" for f in profile.get("self", [])[:5]
+        )
+        lines += [
+            f"py-spy of the {profile['process']} at {profile.get('streams')} streams "
+            f"({profile.get('samples')} samples; self time): {top}.",
+            "",
+        ]
     decision = data.get("decision")
     if decision:
         lines += [
@@ -312,6 +331,18 @@ def _targets(data: dict[str, Any]) -> list[str]:
                 added <= 5,
             )
         )
+        alone, worker = row.get("gateway+worker"), row.get("worker")
+        if alone and worker:
+            share = alone["events_per_s"] / worker["events_per_s"]
+            added = (alone["itl_p99_s"] - worker["itl_p99_s"]) * 1000
+            rows.append(
+                (
+                    f"{streams} streams: the gateway's own hop (gateway+worker vs worker)",
+                    f"{share:.1%} of the tokens/s, {added:+.1f} ms p99 ITL",
+                    ">= 90%, <= 5 ms",
+                    share >= 0.9 and added <= 5,
+                )
+            )
     decision = data.get("decision")
     if decision:
         for label in ("no session", "session"):
@@ -350,6 +381,8 @@ def _write_doc(section: str) -> None:
     text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
     head, sections = split_sections(text)
     sections = [(t, b) for t, b in sections if t != SECTION]
+    if sections and not sections[-1][1].endswith("\n\n"):
+        sections[-1] = (sections[-1][0], sections[-1][1].rstrip("\n") + "\n\n")
     sections.append((SECTION, section))
     DOC.write_text(head + "".join(f"## {t}\n{b}" for t, b in sections))
 
