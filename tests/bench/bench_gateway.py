@@ -253,6 +253,23 @@ def _section(data: dict[str, Any]) -> str:
                     f"{cell.get('others_cpu_share', 0.0):.0%} | {cell['errors']} |"
                 )
         lines.append("")
+    for streams in sorted({c["streams"] for c in cells}):
+        row = {c["path"]: c for c in cells if c["streams"] == streams}
+        full = row.get("gateway+router+worker")
+        own = row.get("gateway+router+worker, gateway CPU only")
+        direct = row["direct"]
+        if full and own and full.get("proxy_cpu_us_per_event"):
+            rate = direct["events_per_s"]
+            need = full["proxy_cpu_us_per_event"] * rate / 1e6
+            lines += [
+                f"At {streams} streams the engine sends {rate:,.0f} events/s; gateway, router "
+                f"and worker together spend {full['proxy_cpu_us_per_event']:.0f} µs of CPU "
+                f"per event (the gateway {own['proxy_cpu_us_per_event']:.0f}), so carrying "
+                f"them all takes {need:.2f} cores, beside the engine and the load generator, "
+                "on this 2-CPU machine where other processes used "
+                f"{full.get('others_cpu_share', 0.0):.0%} of a core in that cell.",
+                "",
+            ]
     for profile in data.get("profiles") or []:
         top = ", ".join(
             f"{f['frame'].split(' (')[0]} {f['share']:.0%}" for f in profile.get("self", [])[:5]
