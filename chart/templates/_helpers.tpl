@@ -637,6 +637,9 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- end -}}
 {{- end -}}
 
+{{- /* Gateway: its cross-field rules live beside its helpers (_helpers-gateway.tpl). */ -}}
+{{- $errors = concat $errors (include "sie-workers.gatewayProblems" . | fromJsonArray) -}}
+
 {{- if $errors -}}
 {{- fail (printf "\n\nsie-workers: invalid values (%d problem%s):\n- %s\n" (len $errors) (ternary "" "s" (eq (len $errors) 1)) (join "\n- " $errors)) -}}
 {{- end -}}

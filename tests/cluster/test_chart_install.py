@@ -102,7 +102,8 @@ def nodes_for(deployments: Sequence[dict[str, Any]]) -> list[NodeSpec]:
             if t.get("key") and t.get("effect") in ("NoSchedule", "NoExecute")
         )
         key = json.dumps([labels, product, taints], sort_keys=True)
-        spec = NodeSpec(dep["metadata"]["labels"][POOL], pod_gpus(pod), product, taints, labels)
+        name = dep["metadata"]["labels"].get(POOL, "gateway")  # the gateway has no pool
+        spec = NodeSpec(name, pod_gpus(pod), product, taints, labels)
         if key in classes:
             known, count = classes[key]
             spec = replace(known, gpus=max(known.gpus, spec.gpus))
@@ -112,8 +113,13 @@ def nodes_for(deployments: Sequence[dict[str, Any]]) -> list[NodeSpec]:
     return [spec for spec, count in classes.values() for _ in range(count)]
 
 
+def workers(docs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pool x bundle Deployments (not the gateway's)."""
+    return [d for d in of_kind(docs, "Deployment") if POOL in d["metadata"]["labels"]]
+
+
 def deployment_named(docs: Sequence[dict[str, Any]], pool: str) -> dict[str, Any]:
-    [dep] = [d for d in of_kind(docs, "Deployment") if d["metadata"]["labels"][POOL] == pool]
+    [dep] = [d for d in of_kind(docs, "Deployment") if d["metadata"]["labels"].get(POOL) == pool]
     return dep
 
 
@@ -166,7 +172,9 @@ def test_l4_4x_pod_waits_for_a_node_with_four_free_l4_gpus_and_the_gpu_taint(
 ) -> None:
     release = release_name("seed")
     docs = render(kube, release, namespace, L4_4X)
-    others = [d for d in of_kind(docs, "Deployment") if d["metadata"]["labels"][POOL] != "l4-4x"]
+    others = [
+        d for d in of_kind(docs, "Deployment") if d["metadata"]["labels"].get(POOL) != "l4-4x"
+    ]
     nodes.add(*nodes_for(others))
     reserved = {"key": "example.com/reserved", "value": "team-a", "effect": "NoSchedule"}
     nodes.add(
@@ -342,7 +350,7 @@ def test_scaled_objects_are_accepted_by_the_api_server_with_the_keda_crd(
     sets = ["autoscaling.enabled=true"]
     docs = render(kube, release, namespace, L4_4X, sets=sets)
     scaled = of_kind(docs, "ScaledObject")
-    assert len(scaled) == len(of_kind(docs, "Deployment"))
+    assert len(scaled) == len(workers(docs))
     # Strict field validation: an unknown field the CRD would silently prune fails here.
     manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": scaled})
     kube.kubectl(
@@ -392,14 +400,17 @@ def test_longest_release_pool_and_bundle_names_are_accepted_by_the_api_server(
         "serviceMonitor.enabled=true",
     ]
     docs = render(kube, release, namespace, L4_4X, sets=sets)
-    names = {d["metadata"]["name"] for d in of_kind(docs, "Deployment")}
+    names = {d["metadata"]["name"] for d in workers(docs)}
     assert len(names) == 3  # two long pools and the example's l4-4x, all distinct
     nodes.add(*nodes_for(of_kind(docs, "Deployment")))
 
     install(kube, release, namespace, L4_4X, sets=sets)
 
-    pods = kube.wait_running(namespace, 3)
-    assert {p["metadata"]["labels"][POOL] for p in pods} == {*pools, "l4-4x"}
+    pods = kube.wait_running(namespace, sum(replicas(d) for d in of_kind(docs, "Deployment")))
+    assert {p["metadata"]["labels"][POOL] for p in pods if POOL in p["metadata"]["labels"]} == {
+        *pools,
+        "l4-4x",
+    }
     services = kube.items("services", "-n", namespace)
     assert {s["metadata"]["name"] for s in services} >= names
 

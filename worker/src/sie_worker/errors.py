@@ -11,6 +11,10 @@
     ├── PlacementFailed      placement_failed    409
     ├── PayloadTooLarge      payload_too_large   413
     ├── ModelLoading         model_loading       503  (Retry-After)
+    ├── UnknownPool          unknown_pool        404  (gateway; SIE code POOL_NOT_FOUND)
+    ├── NoPool               no_pool             409  (gateway; GPU_NOT_CONFIGURED)
+    ├── Provisioning         provisioning        503  (gateway; Retry-After, PROVISIONING)
+    ├── QueueFull            queue_full          429  (gateway; Retry-After, QUEUE_FULL)
     ├── LoadFailed           load_failed         502
     ├── EngineUnavailable    engine_unavailable  502
     ├── EngineTimeout        engine_timeout      504  (read cap hit; engine not restarted)
@@ -34,14 +38,18 @@ __all__ = [
     "LoadFailed",
     "MethodNotAllowed",
     "ModelLoading",
+    "NoPool",
     "NotFound",
     "PayloadTooLarge",
     "PlacementFailed",
     "Problem",
+    "Provisioning",
+    "QueueFull",
     "SieError",
     "StartupTimeout",
     "Unauthorized",
     "UnknownModel",
+    "UnknownPool",
 ]
 
 
@@ -175,3 +183,54 @@ class EngineTimeout(SieError):
 class StartupTimeout(SieError):
     code = "startup_timeout"
     status = 504
+
+
+# -- the gateway's own refusals ---------------------------------------------------------
+# Each also carries SIE's code in X-SIE-Error-Code, the header sie-sdk reads first, so the
+# SDK raises what it documents (ProvisioningError, RateLimitError, RequestError).
+
+
+class UnknownPool(SieError):
+    """``X-SIE-Pool`` / ``X-SIE-MACHINE-PROFILE`` name no configured pool."""
+
+    code = "unknown_pool"
+    status = 404
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"X-SIE-Error-Code": "POOL_NOT_FOUND"})
+
+
+class NoPool(SieError):
+    """No configured pool can serve the model (its bundle or slot width does not fit)."""
+
+    code = "no_pool"
+    status = 409
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"X-SIE-Error-Code": "GPU_NOT_CONFIGURED"})
+
+
+class Provisioning(SieError):
+    """The pool has no ready pod and the request's hold ran out (scale from zero)."""
+
+    code = "provisioning"
+    status = 503
+
+    def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
+        super().__init__(
+            message,
+            headers={"Retry-After": str(max(1, retry_after_s)), "X-SIE-Error-Code": "PROVISIONING"},
+        )
+
+
+class QueueFull(SieError):
+    """The pool already holds as many requests as it may (``SIE_GATEWAY_MAX_HELD``)."""
+
+    code = "queue_full"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after_s: int = 2) -> None:
+        super().__init__(
+            message,
+            headers={"Retry-After": str(max(1, retry_after_s)), "X-SIE-Error-Code": "QUEUE_FULL"},
+        )

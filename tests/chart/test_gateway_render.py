@@ -1,0 +1,62 @@
+"""The chart's gateway, checked against the gateway itself: the pools file it renders is read
+by the gateway's own parser (one source: workers.pools), and matches the workloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from sie_worker.gateway.pools import parse_pools
+
+from tests.chart._render import EXAMPLE_FILES, of_kind, render
+
+
+def _pools_file(docs: list[dict]) -> object:  # type: ignore[type-arg]
+    [config] = [c for c in of_kind(docs, "ConfigMap") if c["metadata"]["name"].endswith("-gateway")]
+    return yaml.safe_load(config["data"]["pools.yaml"])
+
+
+@pytest.mark.parametrize("example", EXAMPLE_FILES, ids=[f.stem for f in EXAMPLE_FILES])
+def test_the_rendered_pools_file_is_read_by_the_gateway_and_names_every_pool_service(
+    example: Path,
+) -> None:
+    docs = render(example)
+    specs = parse_pools(_pools_file(docs), source=example.name)
+    services = {
+        s["metadata"]["name"]: s
+        for s in of_kind(docs, "Service")
+        if s["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"
+        and "sie-workers/metrics" not in s["metadata"]["labels"]
+    }
+    assert {s.service for s in specs} == set(services)
+    deployments = {d["metadata"]["name"]: d for d in of_kind(docs, "Deployment")}
+    for spec in specs:
+        service = services[spec.service]
+        assert service["spec"]["ports"][0]["port"] == spec.port
+        labels = deployments[spec.service]["metadata"]["labels"]
+        assert (labels["sie-workers/pool"], labels["sie-workers/bundle"]) == (
+            spec.pool,
+            spec.bundle,
+        )
+        assert labels["sie-workers/machine-profile"] == spec.machine_profile
+        router = next(
+            c
+            for c in deployments[spec.service]["spec"]["template"]["spec"]["containers"]
+            if c["name"] == "router"
+        )
+        env = {e["name"]: e.get("value") for e in router["env"]}
+        assert int(env["SIE_GPU_COUNT"]) == spec.slots
+
+
+def test_the_gateway_pods_roll_when_the_pools_change() -> None:
+    def checksum(*sets: str) -> str:
+        [gateway] = [
+            d
+            for d in of_kind(render(sets=sets), "Deployment")
+            if d["metadata"]["name"].endswith("-gateway")
+        ]
+        return str(gateway["spec"]["template"]["metadata"]["annotations"]["checksum/pools"])
+
+    assert checksum() != checksum("workers.pools.l4.gpu.count=2")
+    assert checksum() == checksum("gateway.replicas=3")

@@ -1,0 +1,215 @@
+"""Pods and gateways as real processes over 127.0.0.1, for gateway and cluster tests.
+
+``start_pod(configs, devices=..., slots=...)`` starts ``slots`` ``sie-worker serve``
+processes (fake SGLang engines, through ``start_worker``) and one ``sie-worker route`` in
+front of them, and returns a :class:`PodProcess` once the router reports every slot up.
+``start_gateway(pools, ...)`` writes a pools file and starts ``sie-worker gateway``.
+Everything started is stopped at the end of the test (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.support.worker_fixtures import WorkerProcess, free_port, wait_until
+
+__all__ = [
+    "GatewayProcess",
+    "PodProcess",
+    "start_gateway",
+    "start_pod",
+    "stop_process",
+    "write_pools",
+]
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
+    """SIGTERM (and SIGCONT, in case it is stopped), then SIGKILL past ``timeout``."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGCONT)
+            process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+@dataclass
+class PodProcess:
+    """One pod on this machine: a router process in front of its worker processes."""
+
+    router: subprocess.Popen[bytes]
+    port: int
+    workers: list[WorkerProcess]
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def ready(self) -> bool:
+        assert self.router.poll() is None, self.logs()
+        try:
+            body = httpx.get(self.url + "/readyz", timeout=2).json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        return all(s["up"] and s["ready"] for s in body["slots"])
+
+
+@dataclass
+class GatewayProcess:
+    process: subprocess.Popen[bytes]
+    port: int
+    pools_file: Path
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=60.0, trust_env=False, **kwargs)
+
+    def write_pools(self, pools: Sequence[Mapping[str, Any]]) -> None:
+        """Rewrite the pools file (the gateway re-reads local endpoints when it changes)."""
+        write_pools(self.pools_file, pools)
+
+    def metric(self, name: str) -> float:
+        text = httpx.get(self.url + "/metrics", timeout=5).text
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+
+def write_pools(path: Path, pools: Sequence[Mapping[str, Any]]) -> None:
+    """Write a pools file atomically (a reader never sees half of it)."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(yaml.safe_dump([dict(p) for p in pools], sort_keys=False))
+    temporary.replace(path)
+
+
+def _base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture
+def start_pod(
+    start_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> Iterator[Callable[..., PodProcess]]:
+    pods: list[PodProcess] = []
+
+    def start(
+        configs: list[Mapping[str, Any]],
+        *,
+        slots: int = 1,
+        devices: str = "cuda:0",
+        worker_env: Mapping[str, str] | None = None,
+        router_env: Mapping[str, str] | None = None,
+        port: int | None = None,
+        wait: bool = True,
+    ) -> PodProcess:
+        workers = [
+            start_worker(configs, devices=devices, env=worker_env, wait=False) for _ in range(slots)
+        ]
+        port = port or free_port()
+        log_path = tmp_path / f"router-{len(pods)}.log"
+        env = _base_env()
+        env.update(
+            {
+                "SIE_GPU_COUNT": str(slots),
+                "SIE_WORKER_PORTS": ",".join(str(w.port) for w in workers),
+                "SIE_ROUTER_POLL_INTERVAL_S": "0.2",
+                "SIE_ROUTER_POLL_TIMEOUT_S": "1",
+                **(router_env or {}),
+            }
+        )
+        argv = [sys.executable, "-m", "sie_worker", "route", "--host", "127.0.0.1"]
+        with log_path.open("wb") as log:
+            router = subprocess.Popen(
+                [*argv, "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        pod = PodProcess(router, port, workers, log_path)
+        pods.append(pod)
+        if wait:
+            wait_until(pod.ready, timeout=90, interval=0.1)
+        return pod
+
+    yield start
+    for pod in pods:
+        stop_process(pod.router)
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
+    gateways: list[GatewayProcess] = []
+
+    def start(
+        pools: Sequence[Mapping[str, Any]],
+        *,
+        env: Mapping[str, str] | None = None,
+        config_dir: Path | None = None,
+        port: int | None = None,
+        wrapper: Sequence[str] = (),
+        wait: bool = True,
+    ) -> GatewayProcess:
+        index = len(gateways)
+        pools_file = tmp_path / f"gateway-{index}-pools.yaml"
+        log_path = tmp_path / f"gateway-{index}.log"
+        port = port or free_port()
+        full_env = _base_env()
+        full_env.update(
+            {
+                "SIE_GATEWAY_POOLS": str(pools_file),
+                "SIE_GATEWAY_POLL_INTERVAL_S": "0.2",
+                "SIE_GATEWAY_POLL_TIMEOUT_S": "1",
+                "SIE_GATEWAY_RELOAD_INTERVAL_S": "0.2",
+                **(env or {}),
+            }
+        )
+        argv = [*wrapper, sys.executable, "-m", "sie_worker", "gateway", "--port", str(port)]
+        if config_dir is not None:
+            argv += ["--config-dir", str(config_dir)]
+        write_pools(pools_file, pools)
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+        gateway = GatewayProcess(process, port, pools_file, log_path, full_env)
+        gateways.append(gateway)
+        if wait:
+            deadline = time.monotonic() + 60
+            while True:
+                assert gateway.process.poll() is None, gateway.logs()
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(gateway.url + "/readyz", timeout=1).status_code == 200:
+                        break
+                assert time.monotonic() < deadline, f"gateway not ready:\n{gateway.logs()}"
+                time.sleep(0.05)
+        return gateway
+
+    yield start
+    for gateway in gateways:
+        stop_process(gateway.process)

@@ -1,0 +1,122 @@
+"""Which pools can serve which model: the shipped model configs, read like the worker does.
+
+A pool x bundle can serve a served model (``<sie_id>`` or ``<sie_id>:<profile>``) when its
+bundle runs the model's adapter (the profile's ``adapter_path``, else the bundle's default)
+and its slot width is at least the model's ``tensor_parallel_size``. An adapter runs on:
+the bundles it names in a ``bundles`` class attribute when it has one; else, for the
+transformers engine, the ``default`` bundle; for SGLang, every other bundle.
+
+Without a config dir the catalogue is empty and not ``complete``: pools that list a model
+in their pods' ``/v1/models`` serve it, and a pool not seen yet is assumed to (its pod
+answers ``unknown_model`` if not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sie_worker.config.adapters import UnknownAdapter, default_adapter_path, resolve_adapter
+from sie_worker.config.loadtime import declared_width
+from sie_worker.config.model import ServedModel, served_models
+from sie_worker.config.reader import load_config_dir
+from sie_worker.errors import Problem
+from sie_worker.gateway.pools import PoolSpec
+
+__all__ = ["Catalogue", "ModelInfo", "bundle_runs", "decode_path_model"]
+
+_DEFAULT_BUNDLE = "default"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    id: str
+    served: ServedModel
+    width: int
+
+
+def bundle_runs(adapter_path: str, bundle: str) -> str | None:
+    """None when ``bundle`` runs the adapter, else why not."""
+    try:
+        adapter = resolve_adapter(adapter_path)
+    except UnknownAdapter as exc:
+        return str(exc)
+    declared = getattr(adapter, "bundles", None)
+    if isinstance(declared, tuple | list | frozenset | set):
+        if bundle in declared:
+            return None
+        return f"adapter {adapter_path} runs on bundle(s) {', '.join(sorted(declared))}"
+    if adapter.engine == "transformers":
+        if bundle == _DEFAULT_BUNDLE:
+            return None
+        return f"adapter {adapter_path} runs on the {_DEFAULT_BUNDLE} bundle only"
+    if bundle != _DEFAULT_BUNDLE:
+        return None
+    return f"adapter {adapter_path} needs an SGLang bundle, not {_DEFAULT_BUNDLE}"
+
+
+class Catalogue:
+    """The served models of a config dir and the rule that fits them to pools."""
+
+    def __init__(self, models: Mapping[str, ModelInfo], *, complete: bool) -> None:
+        self.models = dict(models)
+        self.complete = complete
+        self._folded = {m.lower(): m for m in self.models}
+
+    @classmethod
+    def empty(cls) -> Catalogue:
+        return cls({}, complete=False)
+
+    @classmethod
+    def from_config_dir(cls, path: Path) -> tuple[Catalogue, list[Problem]]:
+        """Every served model under ``path``; configs with problems are left out (listed)."""
+        configs, problems = load_config_dir(path)
+        models: dict[str, ModelInfo] = {}
+        for config in configs.values():
+            for served in served_models(config):
+                models[served.id] = ModelInfo(served.id, served, declared_width(served))
+        return cls(models, complete=True), problems
+
+    def resolve(self, raw: str, known: Iterable[str] = ()) -> str:
+        """The model id a client meant: itself, without ``:default``, or in another case."""
+        model = raw.removesuffix(":default")
+        if model in self.models:
+            return model
+        folded = self._folded.get(model.lower())
+        if folded is not None:
+            return folded
+        for other in known:
+            if other.lower() == model.lower():
+                return other
+        return model
+
+    def fit(self, model: str, spec: PoolSpec) -> str | None:
+        """None when the pool x bundle can serve ``model``, else why not (for ``no_pool``)."""
+        info = self.models.get(model)
+        if info is None:
+            return None  # not shipped: the pods say (unknown_model) when they do not have it
+        served = info.served
+        adapter = served.profile.adapter_path or default_adapter_path(
+            spec.bundle != _DEFAULT_BUNDLE, served.config.tasks
+        )
+        why = bundle_runs(adapter, spec.bundle)
+        if why is not None:
+            return f"pool {spec.pool}, bundle {spec.bundle}: {why}"
+        if info.width > spec.slot_width:
+            return (
+                f"pool {spec.pool}, bundle {spec.bundle}: the model needs {info.width} GPUs per "
+                f"slot (tensor_parallel_size) and the pool's slots have {spec.slot_width}"
+            )
+        return None
+
+
+def decode_path_model(raw: str, catalogue: Catalogue, known: Iterable[str] = ()) -> str:
+    """The model of ``/v1/generate/{model}``: the id with ``/`` written as ``__`` (sie-sdk's
+    encoding), matched exactly first, then with ``__`` as ``/``, ignoring case."""
+    known = list(known)
+    ids = set(catalogue.models) | set(known)
+    direct = catalogue.resolve(raw, known)
+    if direct in ids:
+        return direct
+    return catalogue.resolve(raw.replace("__", "/"), known)

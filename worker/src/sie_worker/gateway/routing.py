@@ -1,0 +1,263 @@
+"""From a request to a pod: which pools may serve it, holding while none has a ready pod,
+and the accounting of each try (:class:`PodDispatch`, what :mod:`sie_worker.http.relay`
+calls back).
+
+Pool choice (:func:`select_pools`): ``X-SIE-Pool`` names a pool (case-insensitive);
+``X-SIE-MACHINE-PROFILE`` (what ``gpu="l4-4x"`` sends) matches pools by machine profile,
+else by GPU type. Either unmatched: 404 ``unknown_pool`` listing the pools. Of those left,
+the pools whose bundle runs the model's adapter and whose slots are wide enough may serve
+it; none: 409 ``no_pool`` saying why for each.
+
+Holding (:class:`Holder`): when none of those pools has a ready pod, the request waits in
+the first of them (counted in ``sie_gateway_pending_requests``) until a pod is ready, for
+at most ``SIE_GATEWAY_HOLD_S`` (then 503 ``provisioning`` with Retry-After), and at most
+``SIE_GATEWAY_MAX_HELD`` requests per pool x bundle wait (beyond: 429 ``queue_full``). On
+drain (SIGTERM) every held request is answered at once with ``provisioning``, so clients
+retry against another gateway replica. Every held request is answered exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from sie_worker.errors import NoPool, Provisioning, QueueFull, UnknownModel, UnknownPool
+from sie_worker.gateway.catalogue import Catalogue
+from sie_worker.gateway.policy import Decision, choose
+from sie_worker.gateway.pools import PoolKey, PoolSpec
+from sie_worker.gateway.state import Fleet, PodState
+
+__all__ = ["Holder", "PodDispatch", "Selection", "select_pools"]
+
+logger = logging.getLogger("sie_worker.gateway")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A request's model, the pool x bundles that may serve it (in order), its session."""
+
+    model: str
+    width: int
+    groups: tuple[PoolKey, ...]
+    session: str | None = None
+
+
+def _describe_pools(specs: Sequence[PoolSpec]) -> str:
+    pools: dict[str, PoolSpec] = {}
+    for spec in specs:
+        pools.setdefault(spec.pool, spec)
+    return ", ".join(
+        f"{name} (machine profile {s.machine_profile}, GPU type {s.gpu_type})"
+        for name, s in sorted(pools.items())
+    )
+
+
+def select_pools(
+    specs: Sequence[PoolSpec],
+    catalogue: Catalogue,
+    listings: Mapping[PoolKey, frozenset[str] | None],
+    model: str,
+    *,
+    pool: str | None = None,
+    profile: str | None = None,
+) -> list[PoolKey]:
+    """The pool x bundles that may serve ``model``, in pools-file order.
+
+    ``listings`` has, per pool x bundle, the models its polled pods list (None while none
+    was polled). Raises :class:`UnknownPool`, :class:`NoPool` or :class:`UnknownModel`.
+    """
+    candidates = list(specs)
+    pool = pool.strip() if pool else None
+    profile = profile.strip() if profile else None
+    if pool:
+        candidates = [s for s in candidates if s.pool.lower() == pool.lower()]
+        if not candidates:
+            raise UnknownPool(
+                f"X-SIE-Pool: no pool is named {pool!r}; the pools are {_describe_pools(specs)}"
+            )
+    if profile:
+        named = candidates
+        candidates = [s for s in named if s.matches_profile(profile)] or [
+            s for s in named if s.matches_gpu_type(profile)
+        ]
+        if not candidates:
+            within = f"pool {pool!r}" if pool else "no pool"
+            raise UnknownPool(
+                f"X-SIE-MACHINE-PROFILE: {within} has machine profile or GPU type "
+                f"{profile!r}; the pools are {_describe_pools(specs)}"
+            )
+    listed_anywhere = any(model in (m or ()) for m in listings.values())
+    if catalogue.complete and model not in catalogue.models and not listed_anywhere:
+        shown = sorted(catalogue.models)
+        more = f" and {len(shown) - 20} more" if len(shown) > 20 else ""
+        raise UnknownModel(
+            f"model {model!r} is not configured in any pool; configured models: "
+            f"{', '.join(shown[:20]) or 'none'}{more}"
+        )
+    eligible: list[PoolKey] = []
+    reasons: list[str] = []
+    for spec in candidates:
+        why = catalogue.fit(model, spec)
+        listed = listings.get(spec.key)
+        unlisted = listed is not None and model not in listed
+        if why is None and model not in catalogue.models and unlisted:
+            why = f"pool {spec.pool}, bundle {spec.bundle}: its pods do not serve {model}"
+        if why is None:
+            eligible.append(spec.key)
+        else:
+            reasons.append(why)
+    if not eligible:
+        scope = "the pools the request names" if pool or profile else "any pool"
+        raise NoPool(f"{scope} cannot serve {model}: " + "; ".join(reasons))
+    return eligible
+
+
+class Holder:
+    """Routing with holding: returns a pod once one is ready, or raises the refusal."""
+
+    def __init__(self, fleet: Fleet, *, slot_target: int = 4) -> None:
+        self.fleet = fleet
+        self.settings = fleet.settings
+        self.slot_target = slot_target
+        self.draining = False
+
+    def drain(self) -> None:
+        """Answer every held request now (and every request that would be held)."""
+        self.draining = True
+        self.fleet.notify()
+
+    async def pick(
+        self, selection: Selection, exclude: frozenset[Hashable]
+    ) -> tuple[PodState, Decision]:
+        fleet, settings = self.fleet, self.settings
+        names = frozenset(str(e) for e in exclude)
+        held: tuple[PoolKey, float] | None = None
+        outcome = "client_gone"
+        try:
+            while True:
+                decision = choose(
+                    selection.model,
+                    selection.width,
+                    fleet.views(selection.groups),
+                    session=selection.session,
+                    exclude=names,
+                    slot_target=self.slot_target,
+                )
+                if decision is not None:
+                    outcome = "served"
+                    assert isinstance(decision.group, PoolKey)
+                    return fleet.groups[decision.group].pods[decision.pod], decision
+                target = held[0] if held else selection.groups[0]
+                if self.draining:
+                    outcome = "drained"
+                    self._count(target, 503)
+                    raise Provisioning(
+                        f"pool {target} has no ready pod and this gateway is shutting down; "
+                        f"retry after {settings.retry_after_s} s",
+                        retry_after_s=settings.retry_after_s,
+                    )
+                if held is None:
+                    group = fleet.groups[target]
+                    if group.held >= settings.max_held:
+                        labels = {"pool": target.pool, "bundle": target.bundle}
+                        fleet.metrics.hold_outcomes.labels(**labels, outcome="queue_full").inc()
+                        self._count(target, 429)
+                        raise QueueFull(
+                            f"pool {target} has no ready pod and already holds "
+                            f"{settings.max_held} requests waiting for one "
+                            "(SIE_GATEWAY_MAX_HELD); retry later"
+                        )
+                    held = (target, time.monotonic())
+                    self._hold(target, +1)
+                remaining = held[1] + settings.hold_s - time.monotonic()
+                if remaining <= 0:
+                    outcome = "provisioning"
+                    self._count(target, 503)
+                    raise Provisioning(
+                        f"pool {target} has no ready pod after holding the request for "
+                        f"{settings.hold_s:g} s (SIE_GATEWAY_HOLD_S): it is scaling up from "
+                        f"zero or its pods are not ready yet; retry after "
+                        f"{settings.retry_after_s} s",
+                        retry_after_s=settings.retry_after_s,
+                    )
+                # Nothing awaited since the decision: no change can have been missed.
+                with anyio.move_on_after(remaining):
+                    await fleet.changed()
+        finally:
+            if held is not None:
+                key, since = held
+                self._hold(key, -1)
+                labels = {"pool": key.pool, "bundle": key.bundle}
+                fleet.metrics.held.labels(**labels).observe(time.monotonic() - since)
+                fleet.metrics.hold_outcomes.labels(**labels, outcome=outcome).inc()
+
+    def _hold(self, key: PoolKey, delta: int) -> None:
+        group = self.fleet.groups[key]
+        group.held += delta
+        self.fleet.metrics.pending.labels(pool=key.pool, bundle=key.bundle).set(group.held)
+
+    def _count(self, key: PoolKey, code: int) -> None:
+        self.fleet.metrics.requests.labels(pool=key.pool, bundle=key.bundle, code=str(code)).inc()
+
+
+@dataclass
+class PodDispatch:
+    """One try on one pod (the :class:`sie_worker.http.relay.Dispatch` of the gateway)."""
+
+    fleet: Fleet
+    pod: PodState
+    decision: Decision
+    model: str | None
+    response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    _on_finish: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        key = self.pod.key
+        self.response_headers = [
+            (b"x-sie-pool", key.pool.encode()),
+            (b"x-sie-bundle", key.bundle.encode()),
+            (b"x-sie-pod", self.pod.name.encode()),
+            (b"x-sie-pod-reason", self.decision.reason.encode()),
+        ]
+        metrics = self.fleet.metrics
+        metrics.decisions.labels(
+            pool=key.pool, bundle=key.bundle, reason=self.decision.reason
+        ).inc()
+        self.fleet.dispatched(self.pod, self.model, self.decision.reason)
+
+    @property
+    def key(self) -> Hashable:
+        return self.pod.name
+
+    @property
+    def name(self) -> str:
+        return f"pod {self.pod.name}"
+
+    @property
+    def url(self) -> str:
+        return self.pod.url
+
+    @property
+    def aborts(self) -> set[Callable[[], None]]:
+        return self.pod.aborts
+
+    @property
+    def error_headers(self) -> Sequence[tuple[str, str]]:
+        return [(k.decode(), v.decode()) for k, v in self.response_headers[:3]]
+
+    def connected(self) -> None:
+        return
+
+    def refused(self, reason: str) -> None:
+        self.fleet.mark_down(self.pod, reason)
+
+    def answered(self, status: int) -> None:
+        key = self.pod.key
+        self.fleet.metrics.requests.labels(pool=key.pool, bundle=key.bundle, code=str(status)).inc()
+
+    def finished(self, *, status: int | None) -> None:
+        self.fleet.finished(self.pod, self.model, served=status is not None and status < 400)

@@ -1,0 +1,418 @@
+"""What the gateway knows about each pod: discovered endpoints, polls, its own in-flight count.
+
+Discovery (:mod:`sie_worker.gateway.discovery`) says which pods each pool x bundle has;
+each pod's router is then polled in the background (``/v1/models``, ``/v1/devices``,
+``/readyz``) every ``poll_interval_s``, and at once after the gateway changed it, so
+routing never waits on a round trip. Between polls, what the gateway just dispatched is
+applied optimistically (a model sent to a pod is ``loading`` there, ``ready`` once that pod
+served it); a poll that started later supersedes it. A pod that refuses a connection, or
+misses ``down_after_failures`` polls in a row, leaves rotation and its in-flight requests
+are aborted; polling goes on, so it comes back when it answers again. A pod that leaves
+its Service (terminating) only stops getting new requests: what it serves finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+
+from sie_worker.gateway.metrics import GatewayMetrics
+from sie_worker.gateway.policy import GroupView
+from sie_worker.gateway.pools import PoolKey, PoolSpec
+from sie_worker.gateway.settings import GatewaySettings
+
+__all__ = [
+    "Endpoint",
+    "Fleet",
+    "Group",
+    "PodPoll",
+    "PodState",
+    "PollError",
+    "parse_pod_devices",
+    "parse_pod_models",
+    "poll_pod",
+]
+
+logger = logging.getLogger("sie_worker.gateway")
+
+Abort = Callable[[], None]
+
+
+class PollError(Exception):
+    """A pod's answer to a poll could not be used; ``refused`` when nothing listens."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One pod as discovery reports it: its name and its router's base URL."""
+
+    name: str
+    url: str
+
+
+@dataclass(frozen=True)
+class PodPoll:
+    models: dict[str, str]  # model -> state (the best over the pod's slots)
+    widths: dict[str, int]
+    free_run: int  # widest run of free devices within one slot
+    slots: int
+    ready_slots: int
+    ready: bool
+
+
+@dataclass
+class PodState:
+    """One pod: the :class:`~sie_worker.gateway.policy.PodLike` the policy reads, and more."""
+
+    name: str
+    url: str
+    key: PoolKey
+    slots: int
+    answering: bool = False  # its last poll succeeded
+    down: bool = False  # out of rotation (refused, or missed polls), not back yet
+    ready: bool = False
+    removed: bool = False  # no longer listed by discovery; finishing what it serves
+    # Routable: answering, ready and still listed. A plain attribute (kept by sync()), as
+    # the policy reads it for every pod of every decision.
+    up: bool = False
+    failures: int = 0
+    last_error: str | None = None
+    models: dict[str, str] = field(default_factory=dict)
+    widths: dict[str, int] = field(default_factory=dict)
+    free_run: int = 0
+    ready_slots: int = 0
+    polled_at: float = -math.inf
+    # Dispatched since: (monotonic time, model, True once the pod served it).
+    pending: list[tuple[float, str, bool]] = field(default_factory=list)
+    outstanding: int = 0
+    inflight_by_model: Counter[str] = field(default_factory=Counter)
+    aborts: set[Abort] = field(default_factory=set)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    scope: anyio.CancelScope | None = None  # the poller's, while it runs
+
+    @property
+    def routable(self) -> bool:
+        return self.up
+
+    def sync(self) -> None:
+        self.up = self.answering and self.ready and not self.removed
+
+    def apply(self, model: str, served: bool) -> None:
+        state = self.models.get(model)
+        if served:
+            self.models[model] = "ready"
+        elif state not in ("ready", "loading"):
+            self.models[model] = "loading"
+            self.free_run = max(0, self.free_run - self.widths.get(model, 1))
+
+
+@dataclass
+class Group:
+    """One pool x bundle: its spec, its pods, and the requests it holds."""
+
+    spec: PoolSpec
+    order: int
+    pods: dict[str, PodState] = field(default_factory=dict)
+    discovered: bool = False  # discovery has answered once (a cluster list may still be due)
+    held: int = 0
+
+    def routable(self) -> list[PodState]:
+        return [p for p in self.pods.values() if p.routable]
+
+    def view(self) -> GroupView:
+        return GroupView(self.spec.key, self.order, list(self.pods.values()))
+
+
+class Fleet:
+    """Every pool x bundle's pods, what routing reads of them, and the metrics that mirror it."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        specs: Sequence[PoolSpec],
+        metrics: GatewayMetrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.groups: dict[PoolKey, Group] = {
+            spec.key: Group(spec, order) for order, spec in enumerate(specs)
+        }
+        self._changed = asyncio.Event()
+        self._spawn: Callable[[PodState], None] | None = None
+
+    # -- change notification ---------------------------------------------------------------
+
+    async def changed(self) -> None:
+        """Return at the next change of any pod (a poll, endpoints, a request ending)."""
+        await self._changed.wait()
+
+    def notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- discovery -----------------------------------------------------------------------
+
+    def set_endpoints(self, key: PoolKey, endpoints: Iterable[Endpoint]) -> None:
+        """The pods discovery now lists for ``key``; new ones are polled, gone ones retire."""
+        group = self.groups[key]
+        group.discovered = True
+        listed = {e.name: e for e in endpoints}
+        for name, pod in list(group.pods.items()):
+            endpoint = listed.get(name)
+            if endpoint is not None and endpoint.url == pod.url:
+                if pod.removed:  # listed again while it still finished requests: revive it
+                    pod.removed = False
+                    pod.sync()
+                    self._start(pod)
+                continue
+            if not pod.removed:
+                logger.info("%s: pod %s (%s) left the pool", key, name, pod.url)
+                pod.removed = True
+                pod.sync()
+                if pod.scope is not None:
+                    pod.scope.cancel()
+            if pod.outstanding == 0:
+                del group.pods[name]
+        for name, endpoint in listed.items():
+            if name in group.pods:
+                continue
+            pod = PodState(name, endpoint.url, key, group.spec.slots)
+            group.pods[name] = pod
+            logger.info("%s: pod %s (%s) joined the pool", key, name, endpoint.url)
+            self._start(pod)
+        self._publish(group)
+        self.notify()
+
+    def _start(self, pod: PodState) -> None:
+        if self._spawn is not None:
+            self._spawn(pod)
+
+    async def run_pollers(self, client: httpx.AsyncClient) -> None:
+        """Poll every pod, those discovered later included, until cancelled."""
+        async with anyio.create_task_group() as tg:
+
+            def spawn(pod: PodState) -> None:
+                tg.start_soon(self._poll_loop, pod, client)
+
+            self._spawn = spawn
+            for group in self.groups.values():
+                for pod in group.pods.values():
+                    if not pod.removed:
+                        spawn(pod)
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self._spawn = None
+
+    # -- routing -------------------------------------------------------------------------
+
+    def views(self, keys: Iterable[PoolKey]) -> list[GroupView]:
+        return [self.groups[k].view() for k in keys]
+
+    def known_models(self) -> set[str]:
+        return {m for g in self.groups.values() for p in g.pods.values() for m in p.models}
+
+    def dispatched(self, pod: PodState, model: str | None, reason: str) -> None:
+        pod.outstanding += 1
+        self.metrics.inflight.labels(pool=pod.key.pool, bundle=pod.key.bundle).inc()
+        if model is None:
+            return
+        pod.inflight_by_model[model] += 1
+        if pod.models.get(model) != "ready":
+            pod.pending.append((self.clock(), model, False))
+            pod.apply(model, served=False)
+
+    def finished(self, pod: PodState, model: str | None, *, served: bool) -> None:
+        pod.outstanding -= 1
+        self.metrics.inflight.labels(pool=pod.key.pool, bundle=pod.key.bundle).dec()
+        if model is not None:
+            pod.inflight_by_model[model] -= 1
+            if pod.inflight_by_model[model] <= 0:
+                del pod.inflight_by_model[model]
+            if served and pod.models.get(model) != "ready":
+                pod.pending.append((self.clock(), model, True))
+                pod.apply(model, served=True)
+                pod.wake.set()
+        group = self.groups[pod.key]
+        if pod.removed and pod.outstanding == 0 and group.pods.get(pod.name) is pod:
+            del group.pods[pod.name]
+        self.notify()
+
+    def mark_down(self, pod: PodState, reason: str) -> None:
+        """Take the pod out of rotation and abort its in-flight requests."""
+        was_up = pod.answering
+        pod.answering = False
+        pod.down = True
+        pod.ready = False
+        pod.sync()
+        pod.last_error = reason
+        pod.pending.clear()
+        if was_up:
+            logger.warning(
+                "%s: pod %s (%s) out of rotation: %s", pod.key, pod.name, pod.url, reason
+            )
+        for abort in list(pod.aborts):
+            abort()
+        pod.wake.set()
+        self._publish(self.groups[pod.key])
+        self.notify()
+
+    # -- polling -------------------------------------------------------------------------
+
+    def apply_poll(self, pod: PodState, started_at: float, poll: PodPoll) -> None:
+        if started_at < pod.polled_at or pod.removed:
+            return
+        pod.models = dict(poll.models)
+        pod.widths = dict(poll.widths)
+        pod.free_run = poll.free_run
+        pod.slots = poll.slots or pod.slots
+        pod.ready_slots = poll.ready_slots
+        pod.polled_at = started_at
+        pod.pending = [p for p in pod.pending if p[0] > started_at]
+        for _, model, served in pod.pending:
+            pod.apply(model, served)
+        pod.failures = 0
+        pod.last_error = None
+        if not pod.answering:
+            logger.info("%s: pod %s (%s) answers", pod.key, pod.name, pod.url)
+        pod.answering = True
+        pod.down = False
+        pod.ready = poll.ready
+        pod.sync()
+        self._publish(self.groups[pod.key])
+        self.notify()
+
+    def poll_failed(self, pod: PodState, error: PollError) -> None:
+        pod.failures += 1
+        pod.last_error = str(error)
+        if error.refused or pod.failures >= self.settings.down_after_failures:
+            self.mark_down(pod, str(error))
+
+    async def _poll_loop(self, pod: PodState, client: httpx.AsyncClient) -> None:
+        headers = (
+            {"authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
+        )
+        pod.scope = scope = anyio.CancelScope()
+        with scope:
+            while not pod.removed:
+                pod.wake.clear()
+                started = self.clock()
+                try:
+                    poll = await poll_pod(client, pod.url, headers, self.settings.poll_timeout_s)
+                except PollError as exc:
+                    self.poll_failed(pod, exc)
+                else:
+                    self.apply_poll(pod, started, poll)
+                with anyio.move_on_after(self.settings.poll_interval_s):
+                    await pod.wake.wait()
+
+    def _publish(self, group: Group) -> None:
+        labels = {"pool": group.spec.pool, "bundle": group.spec.bundle}
+        live = [p for p in group.pods.values() if not p.removed]
+        self.metrics.pods.labels(**labels, state="discovered").set(len(live))
+        self.metrics.pods.labels(**labels, state="up").set(sum(p.answering for p in live))
+        self.metrics.pods.labels(**labels, state="ready").set(sum(p.routable for p in live))
+
+
+async def poll_pod(
+    client: httpx.AsyncClient, url: str, headers: Mapping[str, str], timeout_s: float
+) -> PodPoll:
+    """One poll of one pod's router: its models, its devices and its slots' readiness."""
+    paths: tuple[tuple[str, dict[str, str]], ...] = (
+        ("/v1/models", dict(headers)),
+        ("/v1/devices", dict(headers)),
+        ("/readyz", {}),
+    )
+    answers: list[httpx.Response | Exception] = [RuntimeError("not polled")] * len(paths)
+
+    async def get(index: int) -> None:
+        path, path_headers = paths[index]
+        try:
+            answers[index] = await client.get(
+                f"{url}{path}", headers=path_headers, timeout=timeout_s
+            )
+        except Exception as exc:  # reported below, after all three have ended
+            answers[index] = exc
+
+    async with anyio.create_task_group() as tg:
+        for index in range(len(paths)):
+            tg.start_soon(get, index)
+    for answer in answers:
+        if isinstance(answer, httpx.ConnectError):
+            raise PollError(f"connection refused at {url}: {answer}", refused=True) from answer
+        if isinstance(answer, httpx.HTTPError):
+            raise PollError(f"poll of {url} failed: {type(answer).__name__}: {answer}") from answer
+        if isinstance(answer, BaseException):
+            raise answer
+    models_r, devices_r, ready_r = [a for a in answers if isinstance(a, httpx.Response)]
+    for response in (models_r, devices_r):
+        if response.status_code != 200:
+            raise PollError(f"{response.request.url} answered {response.status_code}")
+    try:
+        models, widths = parse_pod_models(models_r.json())
+        free_run = parse_pod_devices(devices_r.json())
+        slots, ready_slots = _slots(ready_r)
+    except ValueError as exc:
+        raise PollError(f"{url}: unusable answer: {exc}") from exc
+    return PodPoll(models, widths, free_run, slots, ready_slots, ready_r.status_code == 200)
+
+
+def parse_pod_models(body: Any) -> tuple[dict[str, str], dict[str, int]]:
+    """``/v1/models`` of a pod router (or a worker) → states and widths by model id."""
+    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        raise ValueError('/v1/models: expected {"data": [...]}')
+    states: dict[str, str] = {}
+    widths: dict[str, int] = {}
+    for entry in body["data"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            raise ValueError("/v1/models: every entry needs a string id")
+        state = entry.get("state")
+        states[entry["id"]] = state if isinstance(state, str) else "unloaded"
+        width = entry.get("width")
+        if isinstance(width, int) and not isinstance(width, bool) and width >= 1:
+            widths[entry["id"]] = width
+    return states, widths
+
+
+def parse_pod_devices(body: Any) -> int:
+    """``/v1/devices`` of a pod router → the widest run of free devices within one slot
+    (devices without a ``slot``, as a worker lists them, are one slot)."""
+    if not isinstance(body, dict) or not isinstance(body.get("devices"), list):
+        raise ValueError('/v1/devices: expected {"devices": [...]}')
+    runs: dict[object, int] = {}
+    best: dict[object, int] = {}
+    for entry in body["devices"]:
+        if not isinstance(entry, dict):
+            raise ValueError("/v1/devices: every entry must be an object")
+        slot = entry.get("slot")
+        run = runs.get(slot, 0) + 1 if entry.get("model") is None else 0
+        runs[slot] = run
+        best[slot] = max(best.get(slot, 0), run)
+    return max(best.values(), default=0)
+
+
+def _slots(ready: httpx.Response) -> tuple[int, int]:
+    try:
+        body = ready.json()
+    except ValueError:
+        return 0, 0
+    slots = body.get("slots") if isinstance(body, dict) else None
+    if not isinstance(slots, list):
+        return 0, 1 if ready.status_code == 200 else 0
+    return len(slots), sum(1 for s in slots if isinstance(s, dict) and s.get("ready"))

@@ -1,0 +1,333 @@
+"""Relay one request to a backend a route picks, streaming the answer without buffering.
+
+Shared by the slot router (backends: the pod's workers) and the gateway (backends: pods).
+Each try gets its own connection (``sie_worker.http.stream_client``, parsed by httptools),
+closed once the answer is complete; everything that arrived since the last write leaves in
+one write, and reading pauses past ``high_water`` unsent bytes, so a slow client slows its
+stream instead of growing memory (``docs/benchmarks.md``).
+
+The whole exchange runs inside a cancel scope that the client going away cancels (the
+upstream request is closed, so the engine stops working for nobody); each try runs in its
+own scope that the backend leaving rotation cancels (the app calls the abort callbacks it
+registered in :attr:`Dispatch.aborts`). A try that never reached the backend (its
+connection was refused, or was still being made when the backend left rotation) is routed
+again without that backend; one already written ends with ``engine_unavailable`` (before
+the answer's head), an SSE error event (mid stream) or an aborted connection (mid body).
+Backend answers, errors included, pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+import httpx
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from sie_worker.errors import EngineTimeout, EngineUnavailable, SieError
+from sie_worker.http.errors import error_response, sse_error_event
+from sie_worker.http.stream_client import StreamResponse, open_stream
+
+__all__ = [
+    "HOP_BY_HOP",
+    "SET_BY_SERVER",
+    "Dispatch",
+    "Opener",
+    "Refused",
+    "RelayLimits",
+    "RelayResponse",
+    "Route",
+    "Upstream",
+    "forward_headers",
+    "translate_errors",
+]
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "x-sie-slot",
+    }
+)
+# Response headers the relaying server writes itself: relaying the backend's would repeat them.
+SET_BY_SERVER = frozenset({"date", "server"})
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What to send to the chosen backend: the client's request, minus hop-by-hop headers."""
+
+    method: str
+    target: str  # raw path and query, as the client sent them
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    model: str | None  # the model the request is for, when it names one
+
+
+def forward_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in headers
+        if k.decode("latin-1").lower() not in HOP_BY_HOP
+    )
+
+
+class Dispatch(Protocol):
+    """One try of a request on one backend, as the app that routed it accounts for it.
+
+    The route that returns it has already counted the try as started; the relay calls
+    :meth:`connected` once the connect phase is over (either way), :meth:`answered` with the
+    status the client got (relayed or the relay's own error), :meth:`refused` when nothing
+    listened, and :meth:`finished` exactly once at the end.
+    """
+
+    @property
+    def key(self) -> Hashable:
+        """Excluded from the next route call when this try is routed again."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """For messages: ``slot 0``, ``pod sie-l4-default-7f9c``."""
+        ...
+
+    @property
+    def url(self) -> str:
+        """The backend's base URL, ``http://host:port``."""
+        ...
+
+    @property
+    def aborts(self) -> set[Callable[[], None]]:
+        """Where the relay registers the callback that cancels this try."""
+        ...
+
+    @property
+    def response_headers(self) -> Sequence[tuple[bytes, bytes]]:
+        """Added to a relayed answer's head."""
+        ...
+
+    @property
+    def error_headers(self) -> Sequence[tuple[str, str]]:
+        """Added to an error the relay answers itself after this try."""
+        ...
+
+    def connected(self) -> None: ...
+    def refused(self, reason: str) -> None: ...
+    def answered(self, status: int) -> None: ...
+    def finished(self, *, status: int | None) -> None: ...
+
+
+Route = Callable[[frozenset[Hashable]], Awaitable[Dispatch]]
+Opener = Callable[..., Awaitable[StreamResponse]]
+
+
+@dataclass(frozen=True)
+class RelayLimits:
+    connect_timeout_s: float
+    read_timeout_s: float | None
+    # Unsent bytes held per relayed answer before reading from the backend pauses.
+    high_water: int = 1024 * 1024
+
+
+@dataclass
+class _Outcome:
+    dispatch: Dispatch | None = None
+    status: int | None = None
+    started: bool = False
+    sse: bool = False
+    backend_down: bool = False
+    client_gone: bool = False
+    error: SieError | None = None
+
+
+class RelayResponse(Response):
+    """An ASGI response that routes, relays and accounts for one request.
+
+    ``route(exclude)`` picks the backend (raising a :class:`SieError` to answer with it);
+    ``on_done(seconds)`` observes the time from arrival to the end; ``opener`` opens the
+    backend connection (``stream_client.open_stream``; injectable for tests).
+    """
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        route: Route,
+        limits: RelayLimits,
+        *,
+        on_done: Callable[[float], None] | None = None,
+        opener: Opener = open_stream,
+        arrived: float | None = None,
+    ) -> None:
+        super().__init__(status_code=200)
+        self._upstream = upstream
+        self._route = route
+        self._limits = limits
+        self._on_done = on_done
+        self._opener = opener
+        self._arrived = time.monotonic() if arrived is None else arrived
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        outcome = _Outcome()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_disconnect, receive, tg.cancel_scope, outcome)
+            try:
+                await self._relay(send, outcome)
+            finally:
+                tg.cancel_scope.cancel()
+        if self._on_done is not None:
+            self._on_done(time.monotonic() - self._arrived)
+        if outcome.client_gone:
+            return
+        dispatch = outcome.dispatch
+        if outcome.backend_down and outcome.error is None and dispatch is not None:
+            outcome.error = EngineUnavailable(
+                f"{dispatch.name} stopped answering while serving this request"
+            )
+        if outcome.error is None:
+            return
+        if not outcome.started:
+            response = error_response(outcome.error)
+            if dispatch is not None:
+                for name, value in dispatch.error_headers:
+                    response.headers[name] = value
+                dispatch.answered(response.status_code)
+            await response(scope, receive, send)
+        elif outcome.sse:
+            event = sse_error_event(outcome.error)
+            await send({"type": "http.response.body", "body": event, "more_body": False})
+        else:
+            # Headers are out and the body is cut short: abort the connection so the client
+            # cannot mistake a partial body for a whole one.
+            raise outcome.error
+
+    async def _relay(self, send: Send, outcome: _Outcome) -> None:
+        exclude: set[Hashable] = set()
+        while True:
+            try:
+                dispatch = await self._route(frozenset(exclude))
+            except SieError as exc:
+                outcome.error = exc
+                return
+            if not await self._attempt(dispatch, send, outcome):
+                return
+            exclude.add(dispatch.key)
+
+    async def _attempt(self, dispatch: Dispatch, send: Send, outcome: _Outcome) -> bool:
+        """One try on one backend; True when nothing reached it (route again): it refused
+        the connection, or left rotation before the request was written."""
+        outcome.dispatch = dispatch
+        # The backend leaving rotation cancels this try only, so the request can be routed
+        # again when it never reached the backend.
+        attempt = anyio.CancelScope()
+        written = False
+
+        def request_written() -> None:
+            nonlocal written
+            written = True
+
+        dispatch.aborts.add(attempt.cancel)
+        response: StreamResponse | None = None
+        upstream, limits = self._upstream, self._limits
+        try:
+            with attempt:
+                try:
+                    with translate_errors(dispatch.name, dispatch.url):
+                        response = await self._opener(
+                            dispatch.url + upstream.target,
+                            upstream.body,
+                            upstream.headers,
+                            method=upstream.method,
+                            connect_timeout_s=limits.connect_timeout_s,
+                            read_timeout_s=limits.read_timeout_s,
+                            high_water=limits.high_water,
+                            on_connected=request_written,
+                        )
+                except Refused as exc:
+                    dispatch.aborts.discard(attempt.cancel)
+                    dispatch.refused(str(exc))
+                    return True
+                finally:
+                    dispatch.connected()
+                await self._pass_on(response, dispatch, send, outcome)
+            if attempt.cancelled_caught:
+                if not written:
+                    return True
+                outcome.backend_down = True
+        except SieError as exc:
+            outcome.error = exc
+        finally:
+            dispatch.aborts.discard(attempt.cancel)
+            if response is not None:
+                response.close()
+            dispatch.finished(status=outcome.status)
+        return False
+
+    async def _pass_on(
+        self, response: StreamResponse, dispatch: Dispatch, send: Send, outcome: _Outcome
+    ) -> None:
+        """Relay the backend's answer, head then body, to the client as it arrives."""
+        outcome.status = response.status
+        content_type = next((v for k, v in response.headers if k == "content-type"), "")
+        outcome.sse = content_type.startswith("text/event-stream")
+        headers = [
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in response.headers
+            if (k not in HOP_BY_HOP or k == "content-length") and k not in SET_BY_SERVER
+        ]
+        headers.extend(dispatch.response_headers)
+        start = {"type": "http.response.start", "status": response.status, "headers": headers}
+        await send(start)
+        outcome.started = True
+        dispatch.answered(response.status)
+        with translate_errors(dispatch.name, dispatch.url):
+            while not response.drained:
+                # Everything that arrived since the last write leaves in one write.
+                chunk = await response.take()
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if response.error is not None:
+                raise response.error
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class Refused(EngineUnavailable):
+    """The backend refused the connection: the request never reached it."""
+
+
+@contextmanager
+def translate_errors(name: str, url: str) -> Iterator[None]:
+    """Turn httpx's transport errors (both clients raise them) into error codes, chained."""
+    try:
+        yield
+    except httpx.ConnectError as exc:
+        raise Refused(f"{name} ({url}) refused the connection: {exc}") from exc
+    except httpx.TimeoutException as exc:
+        if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+            raise EngineUnavailable(f"{name} ({url}) did not accept a connection") from exc
+        raise EngineTimeout(f"{name} ({url}) sent nothing within the read timeout") from exc
+    except httpx.TransportError as exc:
+        raise EngineUnavailable(
+            f"{name} ({url}) dropped the request: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope, outcome: _Outcome) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            outcome.client_gone = True
+            scope.cancel()
+            return

@@ -1,0 +1,71 @@
+"""Which pools can serve a model: bundle runs the adapter, slots wide enough; path ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.worker_fixtures import fake_model, write_config
+
+from sie_worker.config.adapters import EMBEDDING, GENERATION, TRANSFORMERS
+from sie_worker.gateway.catalogue import Catalogue, bundle_runs, decode_path_model
+from sie_worker.gateway.pools import PoolSpec
+
+
+def _spec(bundle: str, width: int = 1, pool: str = "p") -> PoolSpec:
+    return PoolSpec(pool, bundle, "l4", "l4", slot_width=width, service="s", port=8080)
+
+
+def _catalogue(tmp_path: Path) -> Catalogue:
+    write_config(tmp_path, fake_model("org/wide", width=4))
+    write_config(tmp_path, fake_model("Qwen/Qwen2.5-7B", profiles={"fast": {"extends": "default"}}))
+    minilm = fake_model("org/minilm", task="encode")
+    minilm["profiles"]["default"]["adapter_path"] = TRANSFORMERS
+    minilm["profiles"]["default"]["adapter_options"]["loadtime"] = {}
+    write_config(tmp_path, minilm)
+    catalogue, problems = Catalogue.from_config_dir(tmp_path)
+    assert problems == []
+    return catalogue
+
+
+def test_sglang_adapters_run_on_sglang_bundles_and_transformers_on_default() -> None:
+    assert bundle_runs(GENERATION, "sglang") is None
+    assert bundle_runs(EMBEDDING, "sglang-cu130") is None
+    assert bundle_runs(TRANSFORMERS, "default") is None
+    assert "needs an SGLang bundle" in (bundle_runs(GENERATION, "default") or "")
+    assert "default bundle only" in (bundle_runs(TRANSFORMERS, "sglang") or "")
+    assert "unknown adapter" in (bundle_runs("sie_server.adapters.nope:X", "sglang") or "")
+
+
+def test_a_pool_fits_a_model_by_bundle_and_slot_width(tmp_path: Path) -> None:
+    catalogue = _catalogue(tmp_path)
+    assert set(catalogue.models) == {
+        "org/wide",
+        "Qwen/Qwen2.5-7B",
+        "Qwen/Qwen2.5-7B:fast",
+        "org/minilm",
+    }
+    assert catalogue.fit("org/wide", _spec("sglang", 4)) is None
+    why = catalogue.fit("org/wide", _spec("sglang", 2, pool="l4"))
+    assert why == (
+        "pool l4, bundle sglang: the model needs 4 GPUs per slot (tensor_parallel_size) and "
+        "the pool's slots have 2"
+    )
+    assert catalogue.fit("org/minilm", _spec("default")) is None
+    assert "default bundle only" in (catalogue.fit("org/minilm", _spec("sglang")) or "")
+    assert catalogue.fit("not/shipped", _spec("sglang")) is None  # the pods say
+
+
+def test_model_ids_resolve_without_default_and_in_any_case(tmp_path: Path) -> None:
+    catalogue = _catalogue(tmp_path)
+    assert catalogue.resolve("Qwen/Qwen2.5-7B:default") == "Qwen/Qwen2.5-7B"
+    assert catalogue.resolve("qwen/qwen2.5-7b:FAST") == "Qwen/Qwen2.5-7B:fast"
+    assert catalogue.resolve("other/x", known=["Other/X"]) == "Other/X"
+    assert catalogue.resolve("other/y") == "other/y"
+
+
+def test_generate_paths_write_slashes_as_double_underscores(tmp_path: Path) -> None:
+    catalogue = _catalogue(tmp_path)
+    assert decode_path_model("Qwen__Qwen2.5-7B", catalogue) == "Qwen/Qwen2.5-7B"
+    assert decode_path_model("qwen__qwen2.5-7b:fast", catalogue) == "Qwen/Qwen2.5-7B:fast"
+    assert decode_path_model("Qwen/Qwen2.5-7B", catalogue) == "Qwen/Qwen2.5-7B"
+    assert decode_path_model("a__b", Catalogue.empty(), known=["a__b"]) == "a__b"

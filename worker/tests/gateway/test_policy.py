@@ -1,0 +1,229 @@
+"""The gateway's routing decision (pure): tiers, the load bound, session affinity, groups."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sie_worker.gateway.policy import (
+    Decision,
+    GroupView,
+    PodView,
+    choose,
+    fits,
+    load_cap,
+    rendezvous_order,
+    tier_of,
+)
+
+MODELS = ("m", "n", "o")
+STATES = ("unloaded", "loading", "ready", "failed")
+
+
+def pod(
+    name: str,
+    *,
+    outstanding: int = 0,
+    free_run: int = 0,
+    up: bool = True,
+    slots: int = 1,
+    **models: str,
+) -> PodView:
+    return PodView(name, up, slots, outstanding, dict(models), free_run)
+
+
+def group(*pods: PodView, key: str = "g", order: int = 0) -> GroupView:
+    return GroupView(key, order, list(pods))
+
+
+pods_strategy = st.lists(
+    st.builds(
+        PodView,
+        name=st.sampled_from([f"p{i}" for i in range(8)]),
+        up=st.booleans(),
+        slots=st.integers(1, 4),
+        outstanding=st.integers(0, 20),
+        models=st.dictionaries(st.sampled_from(MODELS), st.sampled_from(STATES), max_size=3),
+        free_run=st.integers(0, 4),
+    ),
+    max_size=8,
+    unique_by=lambda p: p.name,
+)
+groups_strategy = st.lists(pods_strategy, min_size=1, max_size=3).map(
+    lambda lists: [GroupView(f"g{i}", i, pods) for i, pods in enumerate(lists)]
+)
+sessions = st.none() | st.text(min_size=1, max_size=8)
+
+
+def _candidates(g: GroupView, exclude: Sequence[str] = ()) -> list[PodView]:
+    return [p for p in g.pods if p.up and p.name not in exclude]  # type: ignore[misc]
+
+
+# -- properties -----------------------------------------------------------------------------
+
+
+@given(groups_strategy, st.sampled_from(MODELS), st.integers(1, 4), sessions, st.integers(1, 8))
+def test_a_decision_exists_exactly_when_some_pod_answers(
+    groups: list[GroupView], model: str, width: int, session: str | None, target: int
+) -> None:
+    decision = choose(model, width, groups, session=session, slot_target=target)
+    assert (decision is None) == all(not _candidates(g) for g in groups)
+
+
+@given(groups_strategy, st.sampled_from(MODELS), st.integers(1, 4), sessions, st.integers(1, 8))
+def test_the_chosen_pod_answers_fits_the_bound_and_has_the_best_fitting_tier(
+    groups: list[GroupView], model: str, width: int, session: str | None, target: int
+) -> None:
+    decision = choose(model, width, groups, session=session, slot_target=target)
+    if decision is None:
+        return
+    chosen_group = next(g for g in groups if g.key == decision.group)
+    candidates = _candidates(chosen_group)
+    chosen = next(p for p in candidates if p.name == decision.pod)
+    cap = load_cap(sum(p.outstanding for p in candidates), len(candidates))
+    assert fits(chosen, cap, target)
+    best = min(tier_of(p, model, width) for p in candidates if fits(p, cap, target))
+    assert tier_of(chosen, model, width) == best
+    if session is None:
+        same = [p for p in candidates if tier_of(p, model, width) == best and fits(p, cap, target)]
+        assert chosen.outstanding == min(p.outstanding for p in same)
+        assert decision.reason == ("ready", "loading", "free_slot", "least_outstanding")[best]
+    else:
+        assert decision.reason in ("affinity", "affinity_spill")
+
+
+@given(groups_strategy, st.sampled_from(MODELS), st.integers(1, 4), sessions, st.randoms())
+def test_the_decision_does_not_depend_on_the_order_of_the_input(
+    groups: list[GroupView], model: str, width: int, session: str | None, rnd: random.Random
+) -> None:
+    shuffled = [GroupView(g.key, g.order, rnd.sample(list(g.pods), len(g.pods))) for g in groups]
+    rnd.shuffle(shuffled)
+    assert choose(model, width, shuffled, session=session) == choose(
+        model, width, groups, session=session
+    )
+
+
+@given(groups_strategy, st.sampled_from(MODELS), st.integers(0, 20))
+def test_the_least_loaded_candidate_always_fits(
+    groups: list[GroupView], model: str, extra: int
+) -> None:
+    for g in groups:
+        candidates = _candidates(g)
+        if not candidates:
+            continue
+        cap = load_cap(sum(p.outstanding for p in candidates), len(candidates))
+        assert fits(min(candidates, key=lambda p: p.outstanding), cap, slot_target=1)
+
+
+@given(pods_strategy, st.sampled_from(MODELS), st.text(min_size=1, max_size=8), st.data())
+def test_a_session_keeps_its_pod_when_another_pod_leaves(
+    pods: list[PodView], model: str, session: str, data: st.DataObject
+) -> None:
+    """Consistent hashing: without load pressure, only the sessions of a leaving pod move."""
+    live = [p for p in pods if p.up]
+    before = choose(model, 1, [group(*live)], session=session, slot_target=1000)
+    if before is None or len(live) < 2:
+        return
+    leaving = data.draw(st.sampled_from([p for p in live if p.name != before.pod]))
+    same_tier = [p for p in live if tier_of(p, model, 1) == tier_of(leaving, model, 1)]
+    if len(same_tier) == 1 and tier_of(leaving, model, 1) < tier_of(
+        next(p for p in live if p.name == before.pod), model, 1
+    ):
+        return  # the leaving pod was the only better one: nothing to keep
+    after = choose(
+        model,
+        1,
+        [group(*[p for p in live if p is not leaving])],
+        session=session,
+        slot_target=1000,
+    )
+    assert after is not None
+    assert after.pod == before.pod
+
+
+@given(
+    st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=10, unique=True),
+    st.text(max_size=8),
+)
+def test_rendezvous_order_is_a_permutation_stable_under_removal(names: list[str], key: str) -> None:
+    order = rendezvous_order(key, names)
+    assert sorted(order) == sorted(names)
+    gone = order[-1]
+    assert rendezvous_order(key, [n for n in names if n != gone]) == order[:-1]
+
+
+# -- examples -------------------------------------------------------------------------------
+
+
+def test_ready_beats_loading_beats_free_slot_beats_the_rest() -> None:
+    pods = [
+        pod("a", outstanding=0),
+        pod("b", free_run=1),
+        pod("c", m="loading", outstanding=2),
+        pod("d", m="ready", outstanding=3),
+    ]
+    assert choose("m", 1, [group(*pods)]) == Decision("g", "d", "ready")
+    assert choose("m", 1, [group(*pods[:3])]) == Decision("g", "c", "loading")
+    assert choose("m", 1, [group(*pods[:2])]) == Decision("g", "b", "free_slot")
+    assert choose("m", 1, [group(pods[0], pod("e", outstanding=1))]) == Decision(
+        "g", "a", "least_outstanding"
+    )
+
+
+def test_a_free_run_narrower_than_the_model_is_no_free_slot() -> None:
+    pods = [pod("a", free_run=1, outstanding=1), pod("b", free_run=2, outstanding=2)]
+    assert choose("m", 2, [group(*pods)]) == Decision("g", "b", "free_slot")
+
+
+def test_a_busy_pod_with_the_model_spills_to_an_idle_pod_once_over_the_bound() -> None:
+    # 4 per slot carry freely; beyond, ceil(1.25 x (total + 1) / n) bounds a pod.
+    busy = pod("a", m="ready", outstanding=4)
+    idle = [pod(n, free_run=1) for n in "bcd"]
+    # 4 + 1 > ceil(1.25 x 5 / 4) = 2 and 4 is not below 1 slot x 4: spill.
+    assert choose("m", 1, [group(busy, *idle)]) == Decision("g", "b", "free_slot")
+    # Below its slots x slot_target it stays, however idle the others are.
+    assert choose("m", 1, [group(pod("a", m="ready", outstanding=3), *idle)]).pod == "a"  # type: ignore[union-attr]
+    # A pod that is down or excluded is never chosen.
+    assert choose("m", 1, [group(busy)], exclude={"a"}) is None
+    assert choose("m", 1, [group(pod("a", m="ready", up=False))]) is None
+
+
+def test_seed_004_affinity_with_bounded_load_moves_a_session_off_an_overloaded_home() -> None:
+    names = ["r0", "r1", "r2", "r3"]
+    home = rendezvous_order("session-0", names)[0]
+    light = [pod(n, outstanding=1) for n in names]
+    assert choose("m", 1, [group(*light)], session="session-0", slot_target=1) == Decision(
+        "g", home, "affinity"
+    )
+    # Home at 6 while the rest carry 1: ceil(1.25 x 10 / 4) = 4 < 7, so it moves.
+    heavy = [pod(n, outstanding=6 if n == home else 1) for n in names]
+    moved = choose("m", 1, [group(*heavy)], session="session-0", slot_target=1)
+    assert moved is not None
+    assert moved.pod != home
+    assert moved.reason == "affinity_spill"
+
+
+def test_sessions_spread_over_pods_and_each_keeps_its_own() -> None:
+    pods = [pod(f"p{i}", m="ready") for i in range(4)]
+    homes = {choose("m", 1, [group(*pods)], session=f"s{i}").pod for i in range(64)}  # type: ignore[union-attr]
+    assert homes == {"p0", "p1", "p2", "p3"}
+    assert len({choose("m", 1, [group(*pods)], session="s1") for _ in range(5)}) == 1
+
+
+def test_the_group_with_the_model_ready_wins_then_the_less_loaded_then_file_order() -> None:
+    first = group(pod("a", free_run=1), key="first", order=0)
+    second = group(pod("b", m="ready", outstanding=2), key="second", order=1)
+    assert choose("m", 1, [first, second]) == Decision("second", "b", "ready")
+    busy = group(pod("c", free_run=1, outstanding=3), key="busy", order=0)
+    quiet = group(pod("d", free_run=1), key="quiet", order=1)
+    assert choose("m", 1, [busy, quiet]).group == "quiet"  # type: ignore[union-attr]
+    assert (
+        choose("m", 1, [quiet, group(pod("e", free_run=1), key="later", order=2)]).group == "quiet"
+    )  # type: ignore[union-attr]
+    # A group without a candidate is passed over; all without: None (hold).
+    empty = group(pod("f", up=False), key="empty", order=0)
+    assert choose("m", 1, [empty, quiet]).group == "quiet"  # type: ignore[union-attr]
+    assert choose("m", 1, [empty, group(key="none", order=1)]) is None

@@ -1,0 +1,47 @@
+"""Gateway settings from the environment: defaults, and refusals that name the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sie_worker.gateway.settings import GatewaySettings, GatewaySettingsError
+
+
+def test_defaults_need_only_the_pools_file() -> None:
+    settings = GatewaySettings.from_env({"SIE_GATEWAY_POOLS": "/etc/sie/gateway/pools.yaml"})
+    assert settings.pools_file == Path("/etc/sie/gateway/pools.yaml")
+    assert (settings.max_held, settings.hold_s, settings.retry_after_s) == (256, 60.0, 5)
+    assert settings.slot_target == 4
+    assert settings.config_dir is None
+
+
+def test_variables_override_the_defaults() -> None:
+    settings = GatewaySettings.from_env(
+        {
+            "SIE_GATEWAY_POOLS": "p.yaml",
+            "SIE_GATEWAY_MAX_HELD": "10",
+            "SIE_GATEWAY_HOLD_S": "2.5",
+            "SIE_CONFIG_DIR": "/etc/sie/models",
+            "SIE_GATEWAY_NAMESPACE": "ml",
+        }
+    )
+    assert (settings.max_held, settings.hold_s, settings.namespace) == (10, 2.5, "ml")
+    assert settings.config_dir == Path("/etc/sie/models")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "SIE_GATEWAY_POOLS is not set"),
+        ({"SIE_GATEWAY_HOLD_S": "150"}, "not below 150 s, the read timeout of sie-sdk"),
+        ({"SIE_GATEWAY_HOLD_S": "soon"}, "SIE_GATEWAY_HOLD_S: 'soon' is not a number"),
+        ({"SIE_GATEWAY_MAX_HELD": "0"}, "SIE_GATEWAY_MAX_HELD: must be an integer above zero"),
+    ],
+)
+def test_unusable_values_are_refused_naming_the_variable(env: dict[str, str], message: str) -> None:
+    if env:
+        env = {"SIE_GATEWAY_POOLS": "p.yaml", **env}
+    with pytest.raises(GatewaySettingsError, match=message):
+        GatewaySettings.from_env(env)

@@ -1,0 +1,91 @@
+"""Pod state: what polls say, what the gateway dispatched since, pods joining and leaving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sie_worker.gateway.metrics import GatewayMetrics
+from sie_worker.gateway.pools import PoolSpec
+from sie_worker.gateway.settings import GatewaySettings
+from sie_worker.gateway.state import Endpoint, Fleet, PodPoll, parse_pod_devices, parse_pod_models
+
+SPEC = PoolSpec("l4", "sglang", "l4", "l4", slots=2, service="s", port=1)
+KEY = SPEC.key
+
+
+def _fleet() -> Fleet:
+    return Fleet(GatewaySettings(Path("p.yaml")), (SPEC,), GatewayMetrics([KEY]))
+
+
+def test_a_pod_router_answer_gives_states_widths_and_the_widest_free_run_per_slot() -> None:
+    states, widths = parse_pod_models(
+        {"data": [{"id": "a", "state": "ready", "width": 2}, {"id": "b", "state": None}]}
+    )
+    assert (states, widths) == ({"a": "ready", "b": "unloaded"}, {"a": 2})
+    devices = {
+        "devices": [
+            {"slot": 0, "device": "cuda:0", "model": "a"},
+            {"slot": 0, "device": "cuda:1", "model": None},
+            {"slot": 1, "device": "cuda:0", "model": None},
+            {"slot": 1, "device": "cuda:1", "model": None},
+        ]
+    }
+    assert parse_pod_devices(devices) == 2
+    # Free devices of two slots never make one run.
+    split = {"devices": [{"slot": 0, "model": None}, {"slot": 1, "model": None}]}
+    assert parse_pod_devices(split) == 1
+    with pytest.raises(ValueError, match="expected"):
+        parse_pod_models({"models": []})
+
+
+def test_a_dispatch_counts_as_loading_until_a_later_poll_says_otherwise() -> None:
+    fleet = _fleet()
+    fleet.set_endpoints(KEY, [Endpoint("p0", "http://127.0.0.1:1")])
+    pod = fleet.groups[KEY].pods["p0"]
+    fleet.apply_poll(pod, 1.0, PodPoll({"a": "unloaded"}, {"a": 1}, 1, 2, 2, True))
+    assert pod.routable
+    fleet.clock = lambda: 2.0
+    fleet.dispatched(pod, "a", "free_slot")
+    assert (pod.models["a"], pod.free_run, pod.outstanding) == ("loading", 0, 1)
+    # A poll that started before the dispatch does not undo it; one after it does.
+    fleet.apply_poll(pod, 1.5, PodPoll({"a": "unloaded"}, {"a": 1}, 1, 2, 2, True))
+    assert pod.models["a"] == "loading"
+    fleet.finished(pod, "a", served=True)
+    assert (pod.models["a"], pod.outstanding) == ("ready", 0)
+    fleet.apply_poll(pod, 3.0, PodPoll({"a": "ready"}, {"a": 1}, 0, 2, 2, True))
+    assert pod.pending == []
+
+
+def test_a_pod_that_leaves_finishes_its_requests_and_one_marked_down_aborts_them() -> None:
+    fleet = _fleet()
+    fleet.set_endpoints(KEY, [Endpoint("p0", "http://a:1"), Endpoint("p1", "http://b:1")])
+    p0, p1 = (fleet.groups[KEY].pods[n] for n in ("p0", "p1"))
+    for pod in (p0, p1):
+        fleet.apply_poll(pod, 0.0, PodPoll({}, {}, 1, 2, 2, True))
+        fleet.dispatched(pod, None, "least_outstanding")
+    aborted: list[str] = []
+    p1.aborts.add(lambda: aborted.append("p1"))
+    fleet.set_endpoints(KEY, [Endpoint("p1", "http://b:1")])
+    assert p0.removed
+    assert not p0.routable
+    assert "p0" in fleet.groups[KEY].pods  # still finishing its request
+    fleet.finished(p0, None, served=True)
+    assert "p0" not in fleet.groups[KEY].pods
+    fleet.mark_down(p1, "connection refused")
+    assert aborted == ["p1"]
+    assert (p1.up, p1.answering, p1.down, p1.last_error) == (
+        False,
+        False,
+        True,
+        "connection refused",
+    )
+
+
+def test_a_pool_at_zero_is_discovered_with_no_pods() -> None:
+    fleet = _fleet()
+    assert not fleet.groups[KEY].discovered
+    fleet.set_endpoints(KEY, [])
+    assert fleet.groups[KEY].discovered
+    assert fleet.groups[KEY].routable() == []
