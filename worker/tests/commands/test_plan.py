@@ -74,13 +74,20 @@ def test_sie_devices_is_used_without_devices(
     assert plan(capsys, str(SEED))["width"] == 4
 
 
-def test_bundle_spelling_follows_the_installed_release(
+def test_bundle_spelling_follows_the_bundle_release_and_sie_sglang_version_overrides_it(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The bundle's release decides (plan shows what that bundle's image runs), not the
+    # SGLang installed where plan runs (0.5.23 in the venv).
     monkeypatch.setenv("SIE_BUNDLE", "sglang")
-    argv = plan(capsys, str(SEED), "--devices", FOUR)["argv"]
-    # The venv's installed SGLang (0.5.23) decides, not the bundle's usual release.
-    assert argv[-1] == "--disable-prefill-cuda-graph"
+    assert (
+        plan(capsys, str(SEED), "--devices", FOUR)["argv"][-1] == "--disable-piecewise-cuda-graph"
+    )
+    monkeypatch.setenv("SIE_BUNDLE", "sglang-cu130")
+    assert plan(capsys, str(SEED), "--devices", FOUR)["argv"][-1] == "--disable-prefill-cuda-graph"
+    monkeypatch.setenv("SIE_BUNDLE", "sglang")
+    monkeypatch.setenv("SIE_SGLANG_VERSION", "0.5.20")
+    assert plan(capsys, str(SEED), "--devices", FOUR)["argv"][-1] == "--disable-prefill-cuda-graph"
 
 
 def test_refused_load_exits_1_with_the_refusal(capsys: pytest.CaptureFixture[str]) -> None:

@@ -119,8 +119,13 @@ def test_every_shipped_example_config_is_valid(path: Path) -> None:
         ),
         ({**seed_example(), "hf-id": "x"}, "$.hf-id", "did you mean hf_id?"),
         ({k: v for k, v in seed_example().items() if k != "hf_id"}, "$.hf_id", "is required"),
-        ({**seed_example(), "profiles": {"fast": {}}}, "$.profiles.default", "add a default"),
-        ({**seed_example(), "tasks": {}}, "$.tasks", "add generate and/or encode"),
+        ({**seed_example(), "profiles": {}}, "$.profiles", "must not be empty"),
+        ({**seed_example(), "tasks": {}}, "$.tasks", "declares no task"),
+        (
+            {**seed_example(), "tasks": {"generate": None, "encode": None}},
+            "$.tasks",
+            "add generate, encode or score",
+        ),
         (
             {**seed_example(), "tasks": {"generate": {"context_len": 5}}},
             "$.tasks.generate.context_len",
@@ -166,7 +171,12 @@ def test_every_shipped_example_config_is_valid(path: Path) -> None:
         (
             with_default(adapter_path="my.module:Adapter"),
             "$.profiles.default.adapter_path",
-            "inside sie_server.adapters",
+            "neither SIE 0.10.1 nor this image defines it",
+        ),
+        (
+            with_default(adapter_path="adapter.py:Custom"),
+            "$.profiles.default.adapter_path",
+            "custom adapter code from the model's folder is not run",
         ),
         (
             with_default(adapter_path="sie_server.adapters.sglang.generation:Nope"),

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sie_worker.config.model import ModelConfig, served_models
+from sie_worker.config.runtime import request_runtime
 from sie_worker.errors import (
     InvalidRequest,
     SieError,
@@ -218,6 +219,7 @@ async def _openai(request: Request) -> Response:
         request.headers,
         stream=payload.get("stream") is True,
         request_id=request_id,
+        runtime=request_runtime(record.served),
     )
 
 

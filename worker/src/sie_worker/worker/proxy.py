@@ -8,20 +8,31 @@ with one SSE error event instead, at an event boundary.
 Streams are the hot path (``docs/benchmarks.md``): each goes over its own engine connection,
 parsed by :mod:`sie_worker.http.stream_client` while the relay writes, so events that arrived
 meanwhile leave in one write; the worker closes that connection after ``[DONE]``.
+
+A profile's runtime options (:class:`~sie_worker.config.runtime.RequestRuntime`) rewrite the
+body before it is sent and bound the answer: ``first_chunk_timeout_s`` (time to the first
+bytes of the answer; of the first event of a stream), ``inter_chunk_timeout_s`` (longest
+silence, with the read cap), ``overall_timeout_s`` (the whole answer). Past one, the request
+fails with ``engine_timeout`` (504, or an SSE error event once a stream has started) and
+the worker closes the engine connection, which makes SGLang abort the request; the engine
+keeps running.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
+from sie_worker.config.runtime import RequestRuntime, Timeouts
 from sie_worker.errors import (
     EngineTimeout,
     EngineUnavailable,
@@ -35,6 +46,7 @@ from sie_worker.http.stream_client import StreamResponse, open_stream
 __all__ = ["Lease", "forward"]
 
 _log = logging.getLogger("sie_worker.proxy")
+_T = TypeVar("_T")
 _FORWARDED_HEADERS = ("content-type", "accept", "x-request-id")
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 _MAX_SSE_EVENT_BYTES = 8 * 1024 * 1024
@@ -70,18 +82,22 @@ async def forward(
     *,
     stream: bool,
     request_id: str,
+    runtime: RequestRuntime | None = None,
 ) -> Response:
     """Send ``body`` to the engine's ``path``; the lease is released when the answer is done.
     Streams go over their own connection (:mod:`sie_worker.http.stream_client`), everything else
-    through ``client``'s pool."""
+    through ``client``'s pool. ``runtime`` is the served model's (body rewrite, timeouts)."""
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
     upstream_headers["x-request-id"] = request_id
     reply_headers = {"x-request-id": request_id}
+    limits = _Limits(lease, runtime.timeouts if runtime is not None else Timeouts())
+    if runtime is not None:
+        body = runtime.rewrite(path, body)
     if stream:
-        return await _forward_stream(lease, path, body, upstream_headers, reply_headers)
+        return await _forward_stream(lease, path, body, upstream_headers, reply_headers, limits)
     timeout = httpx.Timeout(
         connect=_CONNECT_TIMEOUT_S,
-        read=lease.read_timeout_s,
+        read=limits.read_s,
         write=_WRITE_TIMEOUT_S,
         pool=None,
     )
@@ -89,15 +105,69 @@ async def forward(
         "POST", lease.base_url + path, content=body, headers=upstream_headers, timeout=timeout
     )
     try:
-        with _failure_status(lease), _translate(lease):
-            upstream = await client.send(request, stream=True)
+        with _failure_status(lease), _translate(lease, limits):
+            upstream = await limits.first(client.send(request, stream=True))
             try:
-                content = await upstream.aread()
+                content = await limits.overall(upstream.aread())
             finally:
                 await upstream.aclose()
             return _reply(lease, upstream.status_code, content, reply_headers)
     finally:
         lease.release()
+
+
+class _Limits:
+    """The deadlines of one request: the read cap with ``inter_chunk_timeout_s`` (the smaller
+    is the read timeout), time to the first chunk, and the whole answer."""
+
+    def __init__(self, lease: Lease, timeouts: Timeouts) -> None:
+        self.timeouts = timeouts
+        caps = [(lease.read_timeout_s, "request_read_timeout_s")]
+        caps.append((timeouts.inter_chunk_s, "inter_chunk_timeout_s"))
+        known = [(v, n) for v, n in caps if v is not None]
+        self.read_s: float | None = min(known)[0] if known else None
+        self.read_name: str = min(known)[1] if known else "request_read_timeout_s"
+        self._started = asyncio.get_running_loop().time()
+        self._first_seen = timeouts.first_chunk_s is None
+
+    def _left(self, first: bool) -> tuple[float | None, str]:
+        now = asyncio.get_running_loop().time()
+        spent = now - self._started
+        left: list[tuple[float, str]] = []
+        if first and not self._first_seen and self.timeouts.first_chunk_s is not None:
+            left.append((self.timeouts.first_chunk_s - spent, "first_chunk_timeout_s"))
+        if self.timeouts.overall_s is not None:
+            left.append((self.timeouts.overall_s - spent, "overall_timeout_s"))
+        return min(left) if left else (None, "")
+
+    async def first(self, step: Awaitable[_T]) -> _T:
+        """Await ``step``: a wait for the next chunk, bounded by the first-chunk deadline
+        until one has come, and by the overall one."""
+        result = await self._bounded(step, first=True)
+        self._first_seen = True
+        return result
+
+    async def overall(self, step: Awaitable[_T]) -> _T:
+        return await self._bounded(step, first=False)
+
+    async def _bounded(self, step: Awaitable[_T], *, first: bool) -> _T:
+        if self._first_seen and self.timeouts.overall_s is None:
+            return await step  # the usual case: nothing but the read cap
+        left, name = self._left(first)
+        if left is None:
+            return await step
+        try:
+            async with asyncio.timeout(max(left, 0.0)):
+                return await step
+        except TimeoutError:
+            limit = getattr(self.timeouts, name.removesuffix("_timeout_s") + "_s")
+            raise _LimitHit(name, float(limit)) from None
+
+
+class _LimitHit(Exception):
+    def __init__(self, name: str, seconds: float) -> None:
+        super().__init__(name)
+        self.name, self.seconds = name, seconds
 
 
 async def _forward_stream(
@@ -106,33 +176,46 @@ async def _forward_stream(
     body: bytes,
     upstream_headers: dict[str, str],
     reply_headers: dict[str, str],
+    limits: _Limits,
 ) -> Response:
     try:
-        with _failure_status(lease), _translate(lease):
-            upstream = await open_stream(
-                lease.base_url + path,
-                body,
-                upstream_headers.items(),
-                connect_timeout_s=_CONNECT_TIMEOUT_S,
-                read_timeout_s=lease.read_timeout_s,
-                high_water=_STREAM_HIGH_WATER,
-                stop_after=_ends_with_done,
+        with _failure_status(lease), _translate(lease, limits):
+            upstream = await limits.overall(
+                open_stream(
+                    lease.base_url + path,
+                    body,
+                    upstream_headers.items(),
+                    connect_timeout_s=_CONNECT_TIMEOUT_S,
+                    read_timeout_s=limits.read_s,
+                    high_water=_STREAM_HIGH_WATER,
+                    stop_after=_ends_with_done,
+                )
             )
     except BaseException:
         lease.release()
         raise
+    first = b""
     if upstream.status != 200:
         try:
-            with _failure_status(lease), _translate(lease):
+            with _failure_status(lease), _translate(lease, limits):
                 content = await upstream.read_all(_MAX_SSE_EVENT_BYTES)
                 return _reply(lease, upstream.status, content, reply_headers)
         finally:
             upstream.close()
             lease.release()
+    if limits.timeouts.first_chunk_s is not None:
+        # Wait for the first event before answering, so that a silent engine gets a 504.
+        try:
+            with _failure_status(lease), _translate(lease, limits):
+                first = await limits.first(upstream.take())
+        except BaseException:
+            upstream.close()
+            lease.release()
+            raise
     lease.status = "200"
     reply_headers.update({"cache-control": "no-cache", "x-accel-buffering": "no"})
     return StreamingResponse(
-        _relay_events(upstream, lease),
+        _relay_events(upstream, lease, limits, first),
         media_type="text/event-stream",
         headers=reply_headers,
         background=BackgroundTask(_close, upstream, lease),
@@ -156,13 +239,23 @@ def _failure_status(lease: Lease) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _translate(lease: Lease) -> Iterator[None]:
+def _translate(lease: Lease, limits: _Limits) -> Iterator[None]:
     try:
         yield
+    except _LimitHit as exc:
+        what = {
+            "first_chunk_timeout_s": "sent nothing",
+            "inter_chunk_timeout_s": "went silent",
+            "overall_timeout_s": "did not finish",
+        }[exc.name]
+        raise EngineTimeout(
+            f"{lease.model}: engine {what} within {exc.name}={exc.seconds:g}s; the request "
+            "was failed, the engine keeps running"
+        ) from None
     except httpx.ReadTimeout as exc:
         raise EngineTimeout(
-            f"{lease.model}: engine sent nothing for request_read_timeout_s="
-            f"{lease.read_timeout_s:g}s; the request was failed, the engine keeps running"
+            f"{lease.model}: engine sent nothing for {limits.read_name}="
+            f"{limits.read_s or 0:g}s; the request was failed, the engine keeps running"
         ) from exc
     except httpx.TimeoutException as exc:
         raise EngineUnavailable(f"{lease.model}: engine did not accept the request: {exc}") from exc
@@ -233,15 +326,19 @@ def _ends_with_done(chunk: bytes, previous: bytes) -> bool:
     )
 
 
-async def _relay_events(upstream: StreamResponse, lease: Lease) -> AsyncIterator[bytes]:
+async def _relay_events(
+    upstream: StreamResponse, lease: Lease, limits: _Limits | None = None, first: bytes = b""
+) -> AsyncIterator[bytes]:
     """Yield whole SSE events as they arrive; end with an error event if the engine fails.
     Everything that arrived since the last write leaves in one write: a write costs about
-    the same for one event as for a hundred."""
+    the same for one event as for a hundred. ``first`` is what was read before answering."""
     pending = b""
+    limits = limits or _Limits(lease, Timeouts())
     try:
-        with _translate(lease):
+        with _translate(lease, limits):
             while True:
-                pending += await upstream.take()
+                pending += first or await limits.first(upstream.take())
+                first = b""
                 # Checked before cutting: one take can hold the end of an oversized event
                 # and the start of the next, and the size must not depend on where reads split.
                 if len(pending) > _MAX_SSE_EVENT_BYTES and _has_oversized_event(pending):

@@ -1,4 +1,8 @@
-"""SGLang adapters: one SGLang engine per model, tensor parallel across its GPU block."""
+"""SGLang adapters: one SGLang engine per model, tensor parallel across its GPU block.
+
+Their load-time options, and the SGLang flag each one means, are one table:
+:mod:`sie_worker.config.sglang_flags`.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from sie_server.adapters.base import Adapter, EngineKind, Task
+from sie_worker.config.sglang_flags import Family, options_for
 
-__all__ = ["SGLANG_LOADTIME_OPTIONS", "SGLangAdapter"]
+__all__ = ["SEED_OPTIONS", "SGLANG_LOADTIME_OPTIONS", "SGLangAdapter"]
 
-# The seed's six options plus disable_cuda_graph; adapters built on these may add more.
+# The seed's six options plus disable_cuda_graph: every SGLang adapter accepts them.
 SGLANG_LOADTIME_OPTIONS: tuple[str, ...] = (
     "tensor_parallel_size",
     "request_read_timeout_s",
@@ -19,13 +24,16 @@ SGLANG_LOADTIME_OPTIONS: tuple[str, ...] = (
     "nccl_port",
     "disable_cuda_graph",
 )
+SEED_OPTIONS = SGLANG_LOADTIME_OPTIONS
 
 
 class SGLangAdapter(Adapter):
     """Common base of the SGLang adapters (not itself an adapter_path)."""
 
     engine: ClassVar[EngineKind] = "sglang"
-    loadtime_options = SGLANG_LOADTIME_OPTIONS
+    bundle: ClassVar[str] = "sglang"
+    family: ClassVar[Family] = "generation"
+    loadtime_options = options_for("generation")
     served_task: ClassVar[Task] = "generate"
 
     @classmethod
