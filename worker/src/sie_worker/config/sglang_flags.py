@@ -68,7 +68,22 @@ class Release:
         return f"SGLang {self.version} (bundle {self.bundle})"
 
 
-Rule = Callable[[Any, Release], "str | None"]
+@dataclass(frozen=True)
+class Rule:
+    """A value rule: what it accepts (for people) and the check (None: the value passes)."""
+
+    accepts: str
+    check: Callable[[Any, Release], str | None]
+
+    def __call__(self, value: Any, release: Release) -> str | None:
+        return self.check(value, release)
+
+
+def _rule(accepts: str) -> Callable[[Callable[[Any, Release], str | None]], Rule]:
+    def wrap(check: Callable[[Any, Release], str | None]) -> Rule:
+        return Rule(accepts, check)
+
+    return wrap
 
 
 @dataclass(frozen=True)
@@ -85,10 +100,12 @@ class SGLangOption:
 # --- value rules ---------------------------------------------------------------------------
 
 
+@_rule("true or false")
 def _boolean(value: Any, release: Release) -> str | None:
     return None if isinstance(value, bool) else f"must be true or false, got {described(value)}"
 
 
+@_rule("a finite number of seconds > 0")
 def _seconds(value: Any, release: Release) -> str | None:
     expected = "must be a finite number of seconds above zero"
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -103,6 +120,9 @@ def _seconds(value: Any, release: Release) -> str | None:
 
 
 def _integer(low: int, high: int | None = None, what: str = "an integer") -> Rule:
+    accepts = f"{what} {low}..{high}" if high is not None else f"{what} >= {low}"
+
+    @_rule(accepts)
     def check(value: Any, release: Release) -> str | None:
         limit = f"from {low} to {high}" if high is not None else f"of at least {low}"
         if (
@@ -117,6 +137,7 @@ def _integer(low: int, high: int | None = None, what: str = "an integer") -> Rul
     return check
 
 
+@_rule("a number > 0 and < 1")
 def _fraction(value: Any, release: Release) -> str | None:
     expected = "must be a number above 0 and below 1 (the share of GPU memory, e.g. 0.85)"
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -126,12 +147,14 @@ def _fraction(value: Any, release: Release) -> str | None:
     return None
 
 
+@_rule("a nonempty string")
 def _text(value: Any, release: Release) -> str | None:
     if isinstance(value, str) and value.strip():
         return None
     return f"must be a nonempty string, got {described(value)}"
 
 
+@_rule("a built-in template name or a file path")
 def _template(value: Any, release: Release) -> str | None:
     if isinstance(value, str) and value.strip():
         return None
@@ -141,12 +164,14 @@ def _template(value: Any, release: Release) -> str | None:
     )
 
 
+@_rule("a branch, tag or commit")
 def _revision(value: Any, release: Release) -> str | None:
     if isinstance(value, str) and value and not any(c.isspace() for c in value):
         return None
     return f"must be a branch, tag or commit hash without whitespace, got {described(value)}"
 
 
+@_rule("auto, float32, float16 or bfloat16")
 def _precision(value: Any, release: Release) -> str | None:
     allowed = ("auto", "float32", "float16", "bfloat16")
     if value in allowed:
@@ -154,11 +179,15 @@ def _precision(value: Any, release: Release) -> str | None:
     return f"must be one of {', '.join(allowed)}, got {described(value)}"
 
 
+@_rule("a mapping")
 def _mapping(value: Any, release: Release) -> str | None:
     return None if isinstance(value, dict) else f"must be a mapping, got {described(value)}"
 
 
 def _choice_of(flag: str, *, nullable: bool = False) -> Rule:
+    accepts = f"one of the release's {flag} choices" + (" or null" if nullable else "")
+
+    @_rule(accepts)
     def check(value: Any, release: Release) -> str | None:
         if value is None and nullable:
             return None
@@ -207,6 +236,7 @@ SPECULATIVE_KEYS: Mapping[str, str] = {
 }
 
 
+@_rule("a mapping of the keys below; algorithm one of the release's choices")
 def _speculative(value: Any, release: Release) -> str | None:
     if not isinstance(value, dict):
         return f"must be a mapping with enabled, algorithm, ..., got {described(value)}"
@@ -248,6 +278,7 @@ def _speculative(value: Any, release: Release) -> str | None:
     return "; ".join(problems) or None
 
 
+@_rule("{threshold: 0..1, positive, negative}")
 def _guard(value: Any, release: Release) -> str | None:
     if not isinstance(value, dict):
         return f"must be a mapping with threshold (0..1), got {described(value)}"
@@ -264,6 +295,7 @@ def _guard(value: Any, release: Release) -> str | None:
     return None
 
 
+@_rule("an integer 1..8, at most the worker's devices")
 def _width(value: Any, release: Release) -> str | None:
     # Imported here: rules imports the adapters, whose declarations import this table.
     from sie_worker.config.rules import width_problem
@@ -272,6 +304,7 @@ def _width(value: Any, release: Release) -> str | None:
 
 
 def _later(issue: str) -> Rule:
+    @_rule(f"not served yet ({issue})")
     def check(value: Any, release: Release) -> str | None:
         return (
             f"is not served by this worker yet ({issue}); remove it, or serve the model "
@@ -281,12 +314,14 @@ def _later(issue: str) -> Rule:
     return check
 
 
+@_rule("as runtime.default_sampling")
 def _sampling(value: Any, release: Release) -> str | None:
     from sie_worker.config.runtime import sampling_problem  # runtime imports this table
 
     return sampling_problem(value)
 
 
+@_rule("a list of nonempty strings")
 def _stops(value: Any, release: Release) -> str | None:
     from sie_worker.config.runtime import stops_problem
 
@@ -351,8 +386,8 @@ _TABLE: tuple[SGLangOption, ...] = (
     _o("served_model_name", _GEN, "worker", "--served-model-name", _text,
        "the served id",
        "SIE's name for the engine, which clients never see; the worker names the engine after "
-       "the served id (<sie_id>[:<profile>]) so answers carry the id the client asked for and "
-       "SGLang never reads ':<profile>' as a LoRA adapter"),
+       "the served id (sie_id, or sie_id:profile) so answers carry the id the client asked "
+       "for and SGLang never reads ':profile' as a LoRA adapter"),
     _o("attention_backend", _GEN, "flag", "--attention-backend",
        _choice_of("--attention-backend"), "SGLang's", "Choose the kernels for attention layers."),
     _o("grammar_backend", _GEN, "flag", "--grammar-backend",
