@@ -12,30 +12,35 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib.util
 import io
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sie_worker.cli import main
 from sie_worker.config.adapters import canonical_path, resolve_adapter
 from sie_worker.config.jsonpath import json_path
 from sie_worker.config.loadtime import resolve_load_options
-from sie_worker.config.model import served_model
+from sie_worker.config.model import served_model, served_models
 from sie_worker.config.reader import parse_config
 from sie_worker.config.reserved_flags import RESERVED_DESTS
 from sie_worker.config.sglang_options import option_tables, resolve
 from sie_worker.config.sglang_release import BUNDLE_VERSIONS, PINNED_VERSION
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
+from sie_worker.worker.launch import plan_launch
 
+from tests.support.config_strategies import json_values, mutated
 from tests.support.sie_wheel import catalogue_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +64,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
 
+@functools.cache
 def _docs(catalogue: Path) -> dict[str, dict[str, Any]]:
+    """The catalogue's documents by file name (read once; copy one before changing it)."""
     return {
         p.name: yaml.safe_load(p.read_text(encoding="utf-8"))
         for p in sorted(catalogue.glob("*.yaml"))
@@ -418,3 +425,54 @@ def test_misspelled_loadtime_options_are_refused_with_their_spelling_in_every_pr
             assert messages[path].endswith(f"did you mean {key}?"), messages[path]
             checked += 1
     assert checked > len(list(_mutable_profiles(catalogue)))
+
+
+_WORDS = ["", "default", "--tp=2", "CUDA_VISIBLE_DEVICES", "xgrammar", "gemma4", "nextn",
+          "extra_buffer", "sie_server.adapters.gliner:GLiNERAdapter"]  # fmt: skip
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 10**6),
+    st.floats(allow_nan=True),
+    st.sampled_from(_WORDS),
+)
+
+
+def _refused_with_paths(check: Callable[[], object]) -> bool:
+    """Whether ``check`` raised InvalidConfig (every problem with a JSON path); any other
+    exception fails the test."""
+    try:
+        check()
+    except InvalidConfig as exc:
+        problems = exc.problems
+    else:
+        return False
+    assert all(p.path.startswith("$") for p in problems)
+    return True
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_mutation_of_a_catalogue_config_is_read_and_loaded_or_refused_with_paths(
+    catalogue: Path, data: st.DataObject
+) -> None:
+    docs = _docs(catalogue)
+    name = data.draw(st.sampled_from(sorted(docs)))
+    values = json_values(_LEAVES, max_size=3, max_leaves=6)
+    doc = data.draw(
+        mutated(lambda: copy.deepcopy(docs[name]), values, min_changes=1, max_changes=3)
+    )
+    if _refused_with_paths(lambda: parse_config(doc, source="m.yaml")):
+        return
+    config = parse_config(doc, source="m.yaml")
+    settings_ = Settings(devices=tuple(f"cuda:{i}" for i in range(8)), bundle="sglang-cu130")
+    for served in served_models(config):
+        if _refused_with_paths(lambda: resolve_load_options(served, settings_, env={})):  # noqa: B023
+            continue
+        options = resolve_load_options(served, settings_, env={})
+        plan = plan_launch(
+            served, options, settings_.devices[: options.width], port=30000, nccl_port=30400,
+            settings=settings_,
+        )  # fmt: skip
+        assert all(isinstance(a, str) for a in plan.argv)
+        assert "None" not in plan.argv

@@ -302,7 +302,9 @@ def _routing_problems(
         "remote_only": set(),
         "fallback": {"fallback_profile", "triggers"},
         "threshold": {"fallback_profile", *thresholds},
-    }[policy]
+    }.get(policy)
+    if allowed is None:
+        return []  # the schema names the policies
     for key, value in routing.items():
         if key != "policy" and value is not None and key not in allowed:
             message = f"does not apply to routing policy {policy}; remove it"
