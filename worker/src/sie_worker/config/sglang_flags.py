@@ -38,6 +38,7 @@ __all__ = [
     "Applied",
     "Family",
     "Release",
+    "Rule",
     "SGLangOption",
     "choice_problem",
     "option_problem",
