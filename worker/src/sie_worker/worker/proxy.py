@@ -20,13 +20,11 @@ keeps running.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import httpx
 from starlette.background import BackgroundTask
@@ -42,11 +40,11 @@ from sie_worker.errors import (
 )
 from sie_worker.http.errors import sse_error_event
 from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.worker.deadlines import DeadlineHit, Deadlines
 
 __all__ = ["Lease", "forward"]
 
 _log = logging.getLogger("sie_worker.proxy")
-_T = TypeVar("_T")
 _FORWARDED_HEADERS = ("content-type", "accept", "x-request-id")
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 _MAX_SSE_EVENT_BYTES = 8 * 1024 * 1024
@@ -90,7 +88,9 @@ async def forward(
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
     upstream_headers["x-request-id"] = request_id
     reply_headers = {"x-request-id": request_id}
-    limits = _Limits(lease, runtime.timeouts if runtime is not None else Timeouts())
+    limits = Deadlines(
+        lease.read_timeout_s, runtime.timeouts if runtime is not None else Timeouts()
+    )
     if runtime is not None:
         body = runtime.rewrite(path, body)
     if stream:
@@ -116,67 +116,13 @@ async def forward(
         lease.release()
 
 
-class _Limits:
-    """The deadlines of one request: the read cap with ``inter_chunk_timeout_s`` (the smaller
-    is the read timeout), time to the first chunk, and the whole answer."""
-
-    def __init__(self, lease: Lease, timeouts: Timeouts) -> None:
-        self.timeouts = timeouts
-        caps = [(lease.read_timeout_s, "request_read_timeout_s")]
-        caps.append((timeouts.inter_chunk_s, "inter_chunk_timeout_s"))
-        known = [(v, n) for v, n in caps if v is not None]
-        self.read_s: float | None = min(known)[0] if known else None
-        self.read_name: str = min(known)[1] if known else "request_read_timeout_s"
-        self._started = asyncio.get_running_loop().time()
-        self._first_seen = timeouts.first_chunk_s is None
-
-    def _left(self, first: bool) -> tuple[float | None, str]:
-        now = asyncio.get_running_loop().time()
-        spent = now - self._started
-        left: list[tuple[float, str]] = []
-        if first and not self._first_seen and self.timeouts.first_chunk_s is not None:
-            left.append((self.timeouts.first_chunk_s - spent, "first_chunk_timeout_s"))
-        if self.timeouts.overall_s is not None:
-            left.append((self.timeouts.overall_s - spent, "overall_timeout_s"))
-        return min(left) if left else (None, "")
-
-    async def first(self, step: Awaitable[_T]) -> _T:
-        """Await ``step``: a wait for the next chunk, bounded by the first-chunk deadline
-        until one has come, and by the overall one."""
-        result = await self._bounded(step, first=True)
-        self._first_seen = True
-        return result
-
-    async def overall(self, step: Awaitable[_T]) -> _T:
-        return await self._bounded(step, first=False)
-
-    async def _bounded(self, step: Awaitable[_T], *, first: bool) -> _T:
-        if self._first_seen and self.timeouts.overall_s is None:
-            return await step  # the usual case: nothing but the read cap
-        left, name = self._left(first)
-        if left is None:
-            return await step
-        try:
-            async with asyncio.timeout(max(left, 0.0)):
-                return await step
-        except TimeoutError:
-            limit = getattr(self.timeouts, name.removesuffix("_timeout_s") + "_s")
-            raise _LimitHit(name, float(limit)) from None
-
-
-class _LimitHit(Exception):
-    def __init__(self, name: str, seconds: float) -> None:
-        super().__init__(name)
-        self.name, self.seconds = name, seconds
-
-
 async def _forward_stream(
     lease: Lease,
     path: str,
     body: bytes,
     upstream_headers: dict[str, str],
     reply_headers: dict[str, str],
-    limits: _Limits,
+    limits: Deadlines,
 ) -> Response:
     try:
         with _failure_status(lease), _translate(lease, limits):
@@ -239,10 +185,10 @@ def _failure_status(lease: Lease) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _translate(lease: Lease, limits: _Limits) -> Iterator[None]:
+def _translate(lease: Lease, limits: Deadlines) -> Iterator[None]:
     try:
         yield
-    except _LimitHit as exc:
+    except DeadlineHit as exc:
         what = {
             "first_chunk_timeout_s": "sent nothing",
             "inter_chunk_timeout_s": "went silent",
@@ -327,13 +273,13 @@ def _ends_with_done(chunk: bytes, previous: bytes) -> bool:
 
 
 async def _relay_events(
-    upstream: StreamResponse, lease: Lease, limits: _Limits | None = None, first: bytes = b""
+    upstream: StreamResponse, lease: Lease, limits: Deadlines | None = None, first: bytes = b""
 ) -> AsyncIterator[bytes]:
     """Yield whole SSE events as they arrive; end with an error event if the engine fails.
     Everything that arrived since the last write leaves in one write: a write costs about
     the same for one event as for a hundred. ``first`` is what was read before answering."""
     pending = b""
-    limits = limits or _Limits(lease, Timeouts())
+    limits = limits or Deadlines(lease.read_timeout_s, Timeouts())
     try:
         with _translate(lease, limits):
             while True:
