@@ -371,3 +371,23 @@ def test_a_mismatched_installed_release_is_named(monkeypatch: pytest.MonkeyPatch
 )
 def test_version_key(text: str, key: tuple[int, int, int]) -> None:
     assert version_key(text) == key
+
+
+def test_the_context_length_follows_sie_s_order() -> None:
+    tasks = {"generate": {"context_length": 8192}}
+    assert value_of(argv_of(served(seed_profile(), tasks=tasks)), "--context-length") == "8192"
+    top = served(seed_profile(), tasks=tasks, max_sequence_length=4096)
+    assert value_of(argv_of(top), "--context-length") == "4096"
+    own = served(seed_profile(max_seq_length=16384), tasks=tasks, max_sequence_length=4096)
+    assert value_of(argv_of(own), "--context-length") == "16384"
+    # The earlier spelling bounded embeddings only: a generation engine keeps its context.
+    both = {"generate": {"context_length": 8192}, "encode": {"max_sequence_length": 512}}
+    assert value_of(argv_of(served(seed_profile(), tasks=both)), "--context-length") == "8192"
+
+
+def test_sie_s_cu130_adapters_turn_prefill_graphs_off_at_every_width_on_any_bundle() -> None:
+    gemma = {"adapter_path": "sie_server.adapters.sglang.gemma:SGLangGemmaAdapter"}
+    argv = argv_of(served(gemma), Settings(devices=EIGHT, bundle="default"))
+    assert argv[-1] == "--disable-prefill-cuda-graph"
+    plain = argv_of(served({"adapter_path": GENERATION}), Settings(devices=EIGHT, bundle="default"))
+    assert "--disable-prefill-cuda-graph" not in plain

@@ -114,15 +114,18 @@ def context_length(served: ServedModel, adapter: type[Adapter]) -> int | None:
     CrossEncoderAdapter), else the top-level ``max_sequence_length``, else (generation)
     ``tasks.generate.context_length``, else None (the engine reads the model's config.json).
     SIE passes the literal ``None`` in the last case, which SGLang refuses."""
-    loadtime = served.profile.loadtime
+    loadtime, config = served.profile.loadtime, served.config
     for key in ("max_seq_length", "max_length"):
         value = loadtime.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and key in _accepted(adapter):
             return value
-    if served.config.max_sequence_length is not None:
-        return served.config.max_sequence_length
-    if adapter.task(served.config.tasks) == "generate":
-        value = served.config.generate.get("context_length")
+    generates = adapter.task(config.tasks) == "generate"
+    # The earlier spelling, tasks.encode.max_sequence_length, only ever bounded embeddings.
+    earlier = config.path_of("max_sequence_length") == ("tasks", "encode", "max_sequence_length")
+    if config.max_sequence_length is not None and not (generates and earlier):
+        return config.max_sequence_length
+    if generates:
+        value = config.generate.get("context_length")
         return value if isinstance(value, int) else None
     return None
 
@@ -196,7 +199,8 @@ class _Resolver:
         watchdog = self._seconds("watchdog_timeout_s")
         piecewise = self._bool("disable_piecewise_cuda_graph")
         if piecewise is None:
-            piecewise = width > 1 or settings.bundle == CU130_BUNDLE
+            # SIE's Gemma and cu130 adapters turn it off at every width too.
+            piecewise = width > 1 or CU130_BUNDLE in (settings.bundle, adapter.bundle)
         no_graphs = bool(self._bool("disable_cuda_graph")) or (
             adapter.engine == "sglang" and disables_cuda_graph(served.profile.extra_launch_args)
         )
