@@ -6,7 +6,8 @@ Every refusal is an :class:`~sie_worker.errors.InvalidConfig` listing all proble
 Defaults (seed 000): ``tensor_parallel_size`` 1; ``request_read_timeout_s`` generation:
 ``SIE_SGLANG_GENERATE_READ_TIMEOUT_S`` or none, embedding: 60; ``startup_timeout_s``
 ``SIE_MODEL_READY_TIMEOUT_S`` or 900; ``watchdog_timeout_s`` the engine's;
-``disable_piecewise_cuda_graph`` true above width 1 (every width on ``sglang-cu130``);
+``disable_piecewise_cuda_graph`` true above width 1 (every width on ``sglang-cu130`` and with SIE's
+Gemma and cu130 adapters);
 ``nccl_port`` picked by the worker from 30400-30499. The SGLang adapters' other options, the
 flag each means and its rule are one table, :mod:`sie_worker.config.sglang_flags`, checked
 against the SGLang release of the worker's bundle; the transformers engine's options are

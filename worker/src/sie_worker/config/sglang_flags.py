@@ -116,7 +116,7 @@ _TABLE: tuple[SGLangOption, ...] = (
        "Set watchdog timeout in seconds. If a forward batch takes longer than this, the server "
        "will crash to prevent hanging."),
     _o("disable_piecewise_cuda_graph", _ALL, "flag", None, boolean,
-       "true above width 1; true at every width on sglang-cu130",
+       "true above width 1; at every width on sglang-cu130 and with its adapters",
        "turns off the prefill CUDA graph: --disable-prefill-cuda-graph (SGLang 0.5.20 and "
        "later), --disable-piecewise-cuda-graph (before)"),
     _o("nccl_port", _ALL, "worker", "--nccl-port", integer(1024, 65535),
