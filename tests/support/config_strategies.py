@@ -34,6 +34,23 @@ CONFIG_KEYS = st.sampled_from(
         "encode",
         "model_path",
         "compute_precision",
+        # SIE 0.10.1's keys and the places this project's spellings map to.
+        "hf_revision",
+        "revision",
+        "weights_path",
+        "max_sequence_length",
+        "dense",
+        "dim",
+        "score",
+        "routing",
+        "policy",
+        "pool",
+        "speculative",
+        "default_sampling",
+        "stop_tokens",
+        "overall_timeout_s",
+        "chat_template_kwargs",
+        "max_output_tokens",
     ]
 )
 

@@ -7,6 +7,7 @@ import json
 
 import httpx
 import pytest
+from sie_worker.config.runtime import RequestRuntime
 from sie_worker.errors import SieError
 from sie_worker.worker.proxy import Lease, forward
 from starlette.applications import Starlette
@@ -41,11 +42,12 @@ def proxy_app(
     *,
     read_timeout: float | None = 5.0,
     transport: httpx.AsyncBaseTransport | None = None,
+    runtime: RequestRuntime | None = None,
 ) -> Starlette:
     """``POST /v1/completions`` forwarded to the engine at ``base_url`` for model ``org/m``
     with request id ``rid-1``; ``stream`` as the body says; design errors as JSON. JSON
     requests go through an httpx client on ``transport`` (e.g. ``httpx.MockTransport``),
-    streams over their own connection to ``base_url``."""
+    streams over their own connection to ``base_url``; ``runtime`` is the served model's."""
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()
@@ -60,6 +62,7 @@ def proxy_app(
                     request.headers,
                     stream=json.loads(body).get("stream") is True,
                     request_id="rid-1",
+                    runtime=runtime,
                 )
             except SieError as error:
                 return JSONResponse(error.body(), status_code=error.status)

@@ -74,13 +74,20 @@ def test_sie_devices_is_used_without_devices(
     assert plan(capsys, str(SEED))["width"] == 4
 
 
-def test_bundle_spelling_follows_the_installed_release(
+def test_bundle_spelling_follows_the_bundle_release_and_sie_sglang_version_overrides_it(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The bundle's release decides (plan shows what that bundle's image runs), not the
+    # SGLang installed where plan runs (0.5.23 in the venv).
     monkeypatch.setenv("SIE_BUNDLE", "sglang")
-    argv = plan(capsys, str(SEED), "--devices", FOUR)["argv"]
-    # The venv's installed SGLang (0.5.23) decides, not the bundle's usual release.
-    assert argv[-1] == "--disable-prefill-cuda-graph"
+    assert (
+        plan(capsys, str(SEED), "--devices", FOUR)["argv"][-1] == "--disable-piecewise-cuda-graph"
+    )
+    monkeypatch.setenv("SIE_BUNDLE", "sglang-cu130")
+    assert plan(capsys, str(SEED), "--devices", FOUR)["argv"][-1] == "--disable-prefill-cuda-graph"
+    monkeypatch.setenv("SIE_BUNDLE", "sglang")
+    monkeypatch.setenv("SIE_SGLANG_VERSION", "0.5.20")
+    assert plan(capsys, str(SEED), "--devices", FOUR)["argv"][-1] == "--disable-prefill-cuda-graph"
 
 
 def test_refused_load_exits_1_with_the_refusal(capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,4 +159,51 @@ def test_printed_argv_is_accepted_by_sglangs_parser() -> None:
     assert (result["values"]["tp_size"], result["values"]["model_path"]) == (
         4,
         "my-org/my-large-model",
+    )
+
+
+def test_plan_warns_about_options_not_applied_and_bundles_that_do_not_serve_the_adapter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "gemma.yaml"
+    path.write_text(
+        "sie_id: google/gemma-4-E2B-it\nhf_id: google/gemma-4-E2B-it\n"
+        "tasks: {generate: {context_length: 8192, max_output_tokens: 1024}}\n"
+        "profiles:\n  default:\n"
+        "    adapter_path: sie_server.adapters.sglang.gemma:SGLangGemmaAdapter\n"
+        "    adapter_options:\n      loadtime: {reasoning_parser: gemma4, thinking_budget: 512}\n"
+    )
+    plan(capsys, str(path), "--devices", "cuda:0")  # SIE_BUNDLE unset: the default bundle
+    monkeypatch.setenv("SIE_BUNDLE", "sglang-cu130")
+    assert main(["plan", str(path), "--devices", "cuda:0"]) == 0
+    err = capsys.readouterr().err
+    assert "thinking_budget: accepted but not applied by this worker" in err
+    assert "is served by the sglang-cu130 bundle" not in err
+    monkeypatch.delenv("SIE_BUNDLE")
+    assert main(["plan", str(path), "--devices", "cuda:0"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"warning: {path}: SGLangGemmaAdapter is served by the sglang-cu130 bundle; this plan "
+        "is for SIE_BUNDLE=default with SGLang 0.5.23's flags"
+    ) in err
+
+
+def test_an_sie_adapter_this_image_does_not_run_is_refused_naming_its_bundle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "gliner.yaml"
+    path.write_text(
+        "sie_id: urchade/gliner_multi-v2.1\nhf_id: urchade/gliner_multi-v2.1\n"
+        "tasks: {extract: {}}\n"
+        "profiles:\n  default:\n    adapter_path: sie_server.adapters.gliner:GLiNERAdapter\n"
+    )
+    assert main(["validate", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(path)]) == 1
+    [line] = capsys.readouterr().out.splitlines()
+    assert line == (
+        f"{path}: $.profiles.default.adapter_path: sie_server.adapters.gliner:GLiNERAdapter is an "
+        "adapter of SIE 0.10.1 that this image does not run (this image's bundles: default, "
+        "sglang, sglang-cu130); SIE serves it with the default bundle of its own server image "
+        "(sie-server)"
     )

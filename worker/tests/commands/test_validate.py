@@ -158,3 +158,54 @@ def test_validate_runs_as_a_real_command() -> None:
     assert bad.stdout == (GOLDEN / "reserved-flags.out").read_text().replace(
         "reserved-flags.yaml", str(GOLDEN / "reserved-flags.yaml")
     )
+
+
+def _catalogue_like(tmp_path: Path) -> Path:
+    """A folder like SIE's catalogue: a servable config, one SIE serves with another bundle,
+    one with a profile of each, and a broken one."""
+    served = SEED.read_text()
+    candle = (
+        "sie_id: BAAI/bge-small-en-v1.5\nhf_id: BAAI/bge-small-en-v1.5\n"
+        "tasks: {encode: {dense: {dim: 384}}, score: null}\nmax_sequence_length: 512\n"
+        "profiles:\n  candle:\n"
+        "    adapter_path: sie_server_rust.adapters.candle:CandleEmbeddingAdapter\n"
+    )
+    mixed = candle.replace("BAAI/bge-small-en-v1.5", "BAAI/bge-base-en-v1.5") + (
+        "  default:\n    adapter_path: sie_server.adapters.bert_flash:BertFlashAdapter\n"
+    )
+    for name, text in [
+        ("a.yaml", served),
+        ("b.yaml", candle),
+        ("c.yaml", mixed),
+        ("d.yaml", "sie_id: x\n"),
+    ]:
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_validate_summarises_each_kind_of_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _catalogue_like(tmp_path)
+    assert main(["validate", str(folder)]) == 1
+    captured = capsys.readouterr()
+    assert all(line.startswith(str(folder / "d.yaml")) for line in captured.out.splitlines())
+    assert captured.err.splitlines() == [
+        "sie-worker validate: 1 config file(s) valid",
+        "sie-worker validate: 1 config file(s) valid, not served by this image (adapter: files): "
+        "sie_server_rust.adapters.candle:CandleEmbeddingAdapter: 1",
+        "sie-worker validate: 1 config file(s) valid, some profiles not served by this image "
+        "(adapter: profiles): sie_server_rust.adapters.candle:CandleEmbeddingAdapter: 1",
+        "sie-worker validate: 1 config file(s) invalid",
+    ]
+    (folder / "d.yaml").unlink()
+    assert main(["validate", str(folder)]) == 0
+
+
+def test_load_time_rules_skip_profiles_this_image_does_not_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _catalogue_like(tmp_path)
+    (folder / "a.yaml").unlink()
+    (folder / "d.yaml").unlink()
+    assert main(["validate", str(folder), "--devices", "cpu"]) == 0, capsys.readouterr().out

@@ -95,8 +95,13 @@ def test_every_shipped_example_config_is_valid(path: Path) -> None:
         ),
         ({**example_config(), "hf-id": "x"}, "$.hf-id", "did you mean hf_id?"),
         ({k: v for k, v in example_config().items() if k != "hf_id"}, "$.hf_id", "is required"),
-        ({**example_config(), "profiles": {"fast": {}}}, "$.profiles.default", "add a default"),
-        ({**example_config(), "tasks": {}}, "$.tasks", "add generate and/or encode"),
+        ({**example_config(), "profiles": {}}, "$.profiles", "must not be empty"),
+        ({**example_config(), "tasks": {}}, "$.tasks", "declares no task"),
+        (
+            {**example_config(), "tasks": {"generate": None, "encode": None}},
+            "$.tasks",
+            "add generate, encode or score",
+        ),
         (
             {**example_config(), "tasks": {"generate": {"context_len": 5}}},
             "$.tasks.generate.context_len",
@@ -142,7 +147,12 @@ def test_every_shipped_example_config_is_valid(path: Path) -> None:
         (
             with_default(adapter_path="my.module:Adapter"),
             "$.profiles.default.adapter_path",
-            "inside sie_server.adapters",
+            "neither SIE 0.10.1 nor this image defines it",
+        ),
+        (
+            with_default(adapter_path="adapter.py:Custom"),
+            "$.profiles.default.adapter_path",
+            "custom adapter code from the model's folder is not run",
         ),
         (
             with_default(adapter_path="sie_server.adapters.sglang.generation:Nope"),

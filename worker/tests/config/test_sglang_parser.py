@@ -43,7 +43,13 @@ ADAPTERS = {
     "generation": "sie_server.adapters.sglang.generation:SGLangGenerationAdapter",
     "embedding": "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter",
     "chat": "sie_server.adapters.sglang.chat:SGLangChatAdapter",
+    "gemma": "sie_server.adapters.sglang.gemma:SGLangGemmaAdapter",
+    "cuda13": "sie_server.adapters.sglang.cuda13:SGLangCuda13Adapter",
+    "strict": "sie_server.adapters.sglang.cuda13:SGLangStrictThinkingAdapter",
 }
+# SIE's adapters that need SGLang 0.5.20 or later (its sglang-cu130 bundle).
+CU130_ONLY = ("gemma", "cuda13", "strict")
+SHA = "627c5ec1458b9086b841a91e0512fd31fd2fbbf1"
 # Option sets layered over the minimum each width needs; every one is planned at every
 # width, for every adapter and bundle.
 OPTION_SETS: dict[str, dict[str, Any]] = {
@@ -64,6 +70,47 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
         "compute_precision": "bfloat16",
         "loadtime": {"watchdog_timeout_s": 600, "request_read_timeout_s": 30},
         "extra_launch_args": ["--log-level", "warning"],
+    },
+    # SIE's load-time options, as its catalogue writes them.
+    "sie-common": {
+        "compute_precision": None,
+        "loadtime": {
+            "mem_fraction_static": 0.8,
+            "max_seq_length": 16384,
+            "trust_remote_code": False,
+            "revision": SHA,
+            "compute_precision": "bfloat16",
+        },
+    },
+    "sie-generation": {
+        "generation_only": True,
+        "loadtime": {
+            "mem_fraction_static": 0.85,
+            "attention_backend": "triton",
+            "grammar_backend": "xgrammar",
+            "reasoning_parser": "qwen3",
+            "tool_call_parser": "qwen3_coder",
+            "served_model_name": "test/model",
+            "json_number_max_digits": 19,
+        },
+    },
+    "sie-speculative": {
+        "generation_only": True,
+        "loadtime": {
+            "speculative": {
+                "enabled": True,
+                "algorithm": "nextn",
+                "num_steps": 3,
+                "eagle_topk": 1,
+                "num_draft_tokens": 4,
+                "draft_model": "test/draft",
+                "draft_model_revision": SHA,
+            },
+            "speculative_needs_extra_buffer": False,
+        },
+    },
+    "loadtime-extra-args": {
+        "loadtime": {"extra_launch_args": ["--stream-interval", "8"], "extra_env": {"A": "1"}}
     },
 }
 BUNDLES = ("default", "sglang", "sglang-cu130")
@@ -116,6 +163,11 @@ def _cases(sglang_version: str) -> Iterator[tuple[str, list[str]]]:
         ADAPTERS, (1, 2, 4, 8), OPTION_SETS.items(), _bundles_of(sglang_version)
     ):
         if width < option_set.get("min_width", 1):
+            continue
+        if option_set.get("generation_only") and adapter == "embedding":
+            continue
+        release = BUNDLE_VERSIONS.get(bundle, PINNED_VERSION)
+        if adapter in CU130_ONLY and version_key(release) < (0, 5, 20):
             continue
         config = parse_config(_config(adapter, width, option_set), source="<test>")
         served = served_models(config)[0]
@@ -282,7 +334,9 @@ def test_prefill_graph_capture_is_off_exactly_when_the_seed_says(release: dict[s
         elif "piecewise-on" in name or "piecewise-off" in name:
             expected_off = "piecewise-on" in name
         else:
-            expected_off = width > 1 or name.endswith("/sglang-cu130")
+            # On sglang-cu130, and with SIE's adapters for it, off at every width.
+            cu130 = name.endswith("/sglang-cu130") or name.split("/")[0] in CU130_ONLY
+            expected_off = width > 1 or cu130
         prefill_off = (
             values.get("disable_prefill_cuda_graph") is True
             or values.get("disable_piecewise_cuda_graph") is True  # before 0.5.20
@@ -292,6 +346,30 @@ def test_prefill_graph_capture_is_off_exactly_when_the_seed_says(release: dict[s
         assert prefill_off == expected_off, name
         if "no-cuda-graph" not in name and expected_off and not newer:
             assert "--disable-piecewise-cuda-graph" in argv, name
+
+
+def test_sglang_reads_sie_s_options_as_the_flags_they_mean(release: dict[str, Any]) -> None:
+    expected = {
+        "sie-common": {"mem_fraction_static": 0.8, "context_length": 16384, "revision": SHA,
+                       "dtype": "bfloat16", "trust_remote_code": False},
+        "sie-generation": {"attention_backend": "triton", "grammar_backend": "xgrammar",
+                           "reasoning_parser": "qwen3", "tool_call_parser": "qwen3_coder",
+                           "mem_fraction_static": 0.85, "trust_remote_code": True},
+        "sie-speculative": {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3,
+                            "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
+                            "speculative_draft_model_path": "test/draft",
+                            "speculative_draft_model_revision": SHA},
+        "loadtime-extra-args": {"stream_interval": 8},
+    }  # fmt: skip
+    checked = 0
+    for (name, _), result in zip(release["cases"], release["argvs"], strict=True):
+        option_set = name.split("/")[2]
+        for dest, value in expected.get(option_set, {}).items():
+            assert result["values"][dest] == value, (name, dest)
+            checked += 1
+        if name.startswith("strict/"):
+            assert result["values"]["enable_strict_thinking"] is True, name
+    assert checked
 
 
 def test_cuda_graphs_are_off_entirely_when_disable_cuda_graph_is_set(

@@ -75,10 +75,19 @@ def test_seed_example_argv_in_full() -> None:
         "--nccl-port", "30407",
         "--dtype", "bfloat16",
         "--context-length", "8192",
-        "--max-total-tokens", "32768",
-        "--max-prefill-tokens", "16384",
+        "--trust-remote-code",
         "--disable-prefill-cuda-graph",
     ]  # fmt: skip
+
+
+def test_sie_budgets_are_not_engine_flags() -> None:
+    # max_batch_tokens and kv_budget_tokens are SIE's batching and admission budgets; SIE
+    # never passes them to SGLang, whose KV pool is sized from mem_fraction_static.
+    argv = argv_of(served(example_profile()))
+    assert "--max-total-tokens" not in argv
+    assert "--max-prefill-tokens" not in argv
+    profile = {**example_profile(), "extra_launch_args": ["--max-total-tokens", "65536"]}
+    assert argv_of(served(profile))[-2:] == ["--max-total-tokens", "65536"]
 
 
 def test_sglang_command_prefix_replaces_python_m_sglang() -> None:
@@ -202,8 +211,9 @@ def test_disable_cuda_graph_in_extra_launch_args_drops_the_prefill_flag() -> Non
 
 
 def test_extra_launch_args_come_last_in_order() -> None:
-    profile = {**example_profile(), "extra_launch_args": ["--mem-fraction-static", "0.8", "--x"]}
-    assert argv_of(served(profile))[-3:] == ["--mem-fraction-static", "0.8", "--x"]
+    args = ["--mem-fraction-static", "0.8", "--stream-interval", "4"]
+    profile = {**example_profile(), "extra_launch_args": args}
+    assert argv_of(served(profile))[-4:] == args
 
 
 def test_transformers_adapter_runs_the_default_engine() -> None:
@@ -294,15 +304,17 @@ def test_plan_refuses_a_block_of_the_wrong_size() -> None:
 # --- which release ----------------------------------------------------------------------------
 
 
-def test_installed_release_is_read_from_metadata() -> None:
+def test_the_bundle_release_wins_over_the_installed_one() -> None:
     try:
         installed = metadata.version("sglang")
     except metadata.PackageNotFoundError:
         pytest.skip("sglang is not installed")
-    assert engine_version("sglang", {"SIE_SGLANG_VERSION": "9.9.9"}) == installed
+    assert engine_version("sglang", {}) == "0.5.10.post1"
+    assert engine_version("default", {}) == installed
+    assert engine_version("sglang", {"SIE_SGLANG_VERSION": "9.9.9"}) == "9.9.9"
 
 
-def test_release_falls_back_to_the_environment_then_the_bundle(
+def test_release_is_the_environment_then_the_bundle_then_the_installed_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from sie_worker.config import sglang_release as sglang_version
@@ -312,6 +324,20 @@ def test_release_falls_back_to_the_environment_then_the_bundle(
     assert engine_version("sglang", {}) == "0.5.10.post1"
     assert engine_version("sglang-cu130", {}) == "0.5.23"
     assert engine_version("default", {}) == "0.5.23"
+    monkeypatch.setattr(sglang_version, "installed_version", lambda: "0.5.21")
+    assert engine_version("default", {}) == "0.5.21"
+
+
+def test_a_mismatched_installed_release_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sie_worker.config import sglang_release as sglang_version
+
+    monkeypatch.setattr(sglang_version, "installed_version", lambda: "0.5.23")
+    assert sglang_version.release_mismatch("sglang-cu130", {}) is None
+    message = sglang_version.release_mismatch("sglang", {})
+    assert message is not None
+    assert "SGLang 0.5.23 is installed" in message
+    assert "0.5.10.post1 (SIE_BUNDLE=sglang)" in message
+    assert sglang_version.release_mismatch("sglang", {"SIE_SGLANG_VERSION": "0.5.23"}) is None
 
 
 @pytest.mark.parametrize(
@@ -326,3 +352,23 @@ def test_release_falls_back_to_the_environment_then_the_bundle(
 )
 def test_version_key(text: str, key: tuple[int, int, int]) -> None:
     assert version_key(text) == key
+
+
+def test_the_context_length_follows_sie_s_order() -> None:
+    tasks = {"generate": {"context_length": 8192}}
+    assert value_of(argv_of(served(example_profile(), tasks=tasks)), "--context-length") == "8192"
+    top = served(example_profile(), tasks=tasks, max_sequence_length=4096)
+    assert value_of(argv_of(top), "--context-length") == "4096"
+    own = served(example_profile(max_seq_length=16384), tasks=tasks, max_sequence_length=4096)
+    assert value_of(argv_of(own), "--context-length") == "16384"
+    # The earlier spelling bounded embeddings only: a generation engine keeps its context.
+    both = {"generate": {"context_length": 8192}, "encode": {"max_sequence_length": 512}}
+    assert value_of(argv_of(served(example_profile(), tasks=both)), "--context-length") == "8192"
+
+
+def test_sie_s_cu130_adapters_turn_prefill_graphs_off_at_every_width_on_any_bundle() -> None:
+    gemma = {"adapter_path": "sie_server.adapters.sglang.gemma:SGLangGemmaAdapter"}
+    argv = argv_of(served(gemma), Settings(devices=EIGHT, bundle="default"))
+    assert argv[-1] == "--disable-prefill-cuda-graph"
+    plain = argv_of(served({"adapter_path": GENERATION}), Settings(devices=EIGHT, bundle="default"))
+    assert "--disable-prefill-cuda-graph" not in plain

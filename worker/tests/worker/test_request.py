@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from tests.support.worker_fixtures import WorkerProcess, fake_model
 
 from sie_worker.config.reader import parse_config
+from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.errors import InvalidRequest
 from sie_worker.worker.request import (
     ENDPOINT_TASKS,
-    is_grammar_constrained,
     prefer_wait,
     read_payload,
     served_id,
@@ -37,6 +37,7 @@ GRAMMAR_REQUESTS: list[dict[str, Any]] = [
 PLAIN_REQUESTS: list[dict[str, Any]] = [
     {},
     {"response_format": {"type": "text"}},
+    {"response_format": {}},
     {"response_format": "json_object"},  # not the OpenAI shape: not a grammar
     {"regex": None},
     {"temperature": 0},
@@ -77,8 +78,18 @@ def test_model_without_a_grammar_profile_stays_put(extra: dict[str, Any]) -> Non
 
 
 @pytest.mark.parametrize("extra", GRAMMAR_REQUESTS)
-def test_request_naming_a_profile_keeps_that_profile(extra: dict[str, Any]) -> None:
-    assert served_id(_config(), "org/m:fast", {"model": "org/m:fast", **extra}) == "org/m:fast"
+def test_grammar_request_naming_the_grammar_profile_stays_there(extra: dict[str, Any]) -> None:
+    payload = {"model": "org/m:structured", **extra}
+    assert served_id(_config(), "org/m:structured", payload) == "org/m:structured"
+
+
+@pytest.mark.parametrize("extra", GRAMMAR_REQUESTS)
+def test_grammar_request_to_a_variant_that_may_speculate_goes_to_the_grammar_profile(
+    extra: dict[str, Any],
+) -> None:
+    payload = {"model": "org/m:fast", **extra}
+    assert served_id(_config(), "org/m:fast", payload) == "org/m:structured"
+    assert served_id(_config(), "org/m:fast", {"model": "org/m:fast"}) == "org/m:fast"
 
 
 @given(

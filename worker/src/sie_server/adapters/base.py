@@ -1,8 +1,9 @@
 """The adapter base class: a declaration the worker reads, never instantiated.
 
 An adapter says which engine serves the model, which task it serves, which
-``adapter_options.loadtime`` keys it accepts and which engine arguments it adds. The
-worker checks options and builds the engine's command line from these declarations.
+``adapter_options.loadtime`` keys it accepts, which bundle of this image serves it, and
+which engine arguments it adds. The worker checks options and builds the engine's command
+line from these declarations.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, ClassVar, Literal
 __all__ = ["Adapter", "EngineKind", "Task"]
 
 EngineKind = Literal["sglang", "transformers"]
-Task = Literal["generate", "encode"]
+Task = Literal["generate", "encode", "score"]
 
 
 class Adapter:
@@ -21,6 +22,12 @@ class Adapter:
 
     engine: ClassVar[EngineKind]
     loadtime_options: ClassVar[tuple[str, ...]] = ()
+    # The bundle of this image that serves it (SIE's bundles/*.yaml where SIE defines it).
+    bundle: ClassVar[str]
+    # The oldest SGLang release it runs on (None: any the image has).
+    min_sglang: ClassVar[str | None] = None
+    # Engine flags the adapter adds itself (each must exist in the engine's release).
+    added_flags: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def task(cls, tasks: Mapping[str, Any]) -> Task | None:
@@ -28,8 +35,10 @@ class Adapter:
         raise NotImplementedError
 
     @classmethod
-    def engine_args(cls, loadtime: Mapping[str, Any]) -> tuple[str, ...]:
-        """Engine arguments this adapter adds, from its (already checked) load-time options."""
+    def engine_args(
+        cls, loadtime: Mapping[str, Any], runtime: Mapping[str, Any] | None = None
+    ) -> tuple[str, ...]:
+        """Engine arguments this adapter adds, from its (already checked) options."""
         return ()
 
     @classmethod

@@ -2,10 +2,12 @@
 
 Prints ``{"model", "width", "devices", "argv", "env"}`` as JSON, built by the same
 ``resolve_load_options`` and ``plan_launch`` the worker uses, for an empty worker with
-``--devices`` (else ``SIE_DEVICES``): the model goes on the first block of its width, with
-real free ports. ``env`` is the delta over the worker's environment. Starts nothing.
-Exit 1 with the refusal (one ``FILE: <json-path>: <message>`` line per problem) when the load
-would be refused; exit 2 when the environment itself is unusable.
+``--devices`` (else ``SIE_DEVICES``) and the bundle ``SIE_BUNDLE`` names (its SGLang
+release's flag spellings): the model goes on the first block of its width, with real free
+ports. ``env`` is the delta over the worker's environment. Starts nothing. Warnings (an
+option accepted but not applied here, a bundle that does not serve the adapter) go to
+stderr. Exit 1 with the refusal (one ``FILE: <json-path>: <message>`` line per problem) when
+the load would be refused; exit 2 when the environment itself is unusable.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sie_worker.commands.validate import settings_for
+from sie_worker.config.adapters import serving_bundles
 from sie_worker.config.loadtime import adapter_of, resolve_load_options
 from sie_worker.config.model import DEFAULT_PROFILE, served_model
 from sie_worker.config.reader import load_config_file
@@ -68,7 +71,15 @@ def run(args: argparse.Namespace) -> int:
             print(problem)
         return 1
     devices = settings.devices[: options.width]
-    sglang = adapter_of(served, settings).engine == "sglang"
+    adapter = adapter_of(served, settings)
+    sglang = adapter.engine == "sglang"
+    warnings = list(options.warnings)
+    if settings.bundle not in serving_bundles(adapter):
+        release = f" with SGLang {options.sglang_version}'s flags" if sglang else ""
+        warnings.append(
+            f"{adapter.__name__} is served by the {' or '.join(serving_bundles(adapter))} "
+            f"bundle; this plan is for SIE_BUNDLE={settings.bundle}{release}"
+        )
     nccl_port = options.nccl_port
     if sglang and nccl_port is None:
         nccl_port = ports.pick_port(ports.RENDEZVOUS_PORTS)
@@ -81,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         nccl_port=nccl_port if sglang else None,
         settings=settings,
     )
+    for message in warnings:
+        print(f"warning: {args.file}: {message}", file=sys.stderr)
     if hardware is not None:
         for warning in served_model_warnings(served, hardware, devices=len(settings.devices)):
             print(f"warning: {warning}", file=sys.stderr)

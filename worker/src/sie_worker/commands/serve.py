@@ -65,6 +65,12 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"sie-worker serve: {exc}", file=sys.stderr)
         return 1
+    if settings.has_sglang_bundle:
+        from sie_worker.config.sglang_release import release_mismatch
+
+        mismatch = release_mismatch(settings.bundle)
+        if mismatch is not None:
+            logging.getLogger("sie_worker").warning("%s", mismatch)
     config_dir = args.config_dir or settings.config_dir
     if config_dir is not None and not config_dir.is_dir():
         print(f"sie-worker serve: --config-dir {config_dir} is not a folder", file=sys.stderr)

@@ -70,7 +70,10 @@ def register(sub: Any) -> None:
         "--context",
         type=whole_number,
         metavar="N",
-        help="tokens per sequence (default: tasks.generate.context_length)",
+        help=(
+            "tokens per sequence (default: loadtime.max_seq_length, else "
+            "tasks.generate.context_length)"
+        ),
     )
     parser.add_argument(
         "--sequences",

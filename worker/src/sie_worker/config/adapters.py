@@ -1,7 +1,18 @@
-"""Resolve a profile's ``adapter_path`` to an adapter class from :mod:`sie_server.adapters`.
+"""A profile's ``adapter_path``: an adapter of this image, one SIE defines that this image
+does not run, or none at all.
 
-Only modules inside ``sie_server.adapters`` are imported: a config file cannot make the
-worker import arbitrary code.
+- The adapters this image runs (:data:`KNOWN_ADAPTERS`) are declarations in
+  :mod:`sie_server.adapters` under SIE's own paths (plus this project's chat and transformers
+  adapters); only these modules are ever imported, so a config cannot make the worker import
+  arbitrary code.
+- Every other path SIE 0.10.1 defines (:mod:`sie_worker.config.sie_adapters`) reads fine and
+  is refused when the model loads (:class:`NotServedHere`), naming this image's bundles and
+  SIE's bundle for it.
+- Anything else (a typo, a custom ``adapter.py:Class``) is refused when the config is read
+  (:class:`UnknownAdapter`), with the closest spelling.
+
+SIE's legacy ``sie_server.adapters.sglang:SGLang{Generation,Embedding}Adapter`` resolve to
+the submodules, as SIE's loader remaps them.
 """
 
 from __future__ import annotations
@@ -12,42 +23,135 @@ from collections.abc import Mapping
 from typing import Any
 
 from sie_server.adapters.base import Adapter
+from sie_worker.config.model import ModelConfig
+from sie_worker.config.sglang_release import BUNDLE_VERSIONS, version_key
+from sie_worker.config.sie_adapters import sie_adapters, sie_version
 
 __all__ = [
     "CHAT",
+    "CUDA13",
     "EMBEDDING",
+    "GEMMA",
     "GENERATION",
+    "IMAGE_BUNDLES",
     "KNOWN_ADAPTERS",
+    "LEGACY_PATHS",
+    "SIE_TRANSFORMERS_ADAPTERS",
+    "STRICT_THINKING",
     "TRANSFORMERS",
+    "NotServedHere",
     "UnknownAdapter",
+    "adapter_problem",
+    "canonical_path",
     "default_adapter_path",
+    "not_served_here",
     "resolve_adapter",
+    "serving_bundles",
 ]
 
 GENERATION = "sie_server.adapters.sglang.generation:SGLangGenerationAdapter"
 EMBEDDING = "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter"
 CHAT = "sie_server.adapters.sglang.chat:SGLangChatAdapter"
+GEMMA = "sie_server.adapters.sglang.gemma:SGLangGemmaAdapter"
+CUDA13 = "sie_server.adapters.sglang.cuda13:SGLangCuda13Adapter"
+STRICT_THINKING = "sie_server.adapters.sglang.cuda13:SGLangStrictThinkingAdapter"
 TRANSFORMERS = "sie_server.adapters.transformers:TransformersAdapter"
-KNOWN_ADAPTERS: tuple[str, ...] = (GENERATION, EMBEDDING, CHAT, TRANSFORMERS)
-_PACKAGE = "sie_server.adapters"
+# SIE's adapters whose models the default transformers engine serves as SIE does.
+SIE_TRANSFORMERS_ADAPTERS: tuple[str, ...] = (
+    "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter",
+    "sie_server.adapters.bert_flash:BertFlashAdapter",
+    "sie_server.adapters.xlm_roberta_flash:XLMRobertaFlashAdapter",
+    "sie_server.adapters.modernbert_flash:ModernBERTFlashAdapter",
+    "sie_server.adapters.bert_flash_cross_encoder:BertFlashCrossEncoderAdapter",
+    "sie_server.adapters.cross_encoder:CrossEncoderAdapter",
+    "sie_server.adapters.modernbert_flash_cross_encoder:ModernBertFlashCrossEncoderAdapter",
+)
+KNOWN_ADAPTERS: tuple[str, ...] = (
+    GENERATION,
+    EMBEDDING,
+    CHAT,
+    GEMMA,
+    CUDA13,
+    STRICT_THINKING,
+    TRANSFORMERS,
+    *SIE_TRANSFORMERS_ADAPTERS,
+)
+LEGACY_PATHS: Mapping[str, str] = {
+    "sie_server.adapters.sglang:SGLangGenerationAdapter": GENERATION,
+    "sie_server.adapters.sglang:SGLangEmbeddingAdapter": EMBEDDING,
+}
+# The bundles of this image: the default one (transformers engine) and the SGLang ones.
+IMAGE_BUNDLES: tuple[str, ...] = ("default", *sorted(BUNDLE_VERSIONS))
 
 
 class UnknownAdapter(ValueError):
-    """``adapter_path`` names no adapter; the message lists the closest and the known ones."""
+    """``adapter_path`` names no adapter; the message gives the closest spelling."""
+
+
+class NotServedHere(ValueError):
+    """``adapter_path`` is an adapter SIE defines that this image does not run."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        entry = sie_adapters().get(path)
+        sie = entry.bundles if entry is not None else ()
+        where = (
+            f"SIE serves it with the {' or '.join(sie)} bundle of its own server image (sie-server)"
+            if sie
+            else "no SIE bundle carries it either"
+        )
+        super().__init__(
+            f"{path} is an adapter of SIE {sie_version()} that this image does not run (this "
+            f"image's bundles: {', '.join(IMAGE_BUNDLES)}); {where}"
+        )
+
+
+def canonical_path(path: str) -> str:
+    """``path`` with SIE's legacy spellings replaced by the paths they stand for."""
+    return LEGACY_PATHS.get(path, path)
+
+
+def adapter_problem(path: str) -> str | None:
+    """Why ``path`` names no adapter SIE defines or this image runs (read time), or None."""
+    path = canonical_path(path)
+    if path in KNOWN_ADAPTERS or path in sie_adapters():
+        return None
+    return _unknown(path)
 
 
 def resolve_adapter(path: str) -> type[Adapter]:
+    """The declaration of an adapter this image runs. Raises :class:`NotServedHere` for one
+    SIE defines that this image does not run, :class:`UnknownAdapter` for any other path."""
+    path = canonical_path(path)
+    if path not in KNOWN_ADAPTERS:
+        if path in sie_adapters():
+            raise NotServedHere(path)
+        raise UnknownAdapter(_unknown(path))
     module_name, _, class_name = path.partition(":")
-    if not class_name or not (module_name == _PACKAGE or module_name.startswith(_PACKAGE + ".")):
-        raise UnknownAdapter(_unknown(path, "is not module:Class inside sie_server.adapters"))
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        raise UnknownAdapter(_unknown(path, f"module {module_name} does not exist")) from None
-    found = getattr(module, class_name, None)
-    if not (isinstance(found, type) and issubclass(found, Adapter) and hasattr(found, "engine")):
-        raise UnknownAdapter(_unknown(path, f"{module_name} has no adapter class {class_name}"))
+    found = getattr(importlib.import_module(module_name), class_name)
+    assert isinstance(found, type), path
+    assert issubclass(found, Adapter), path
     return found
+
+
+def serving_bundles(adapter: type[Adapter]) -> tuple[str, ...]:
+    """The bundles of this image that run ``adapter``, its own bundle first."""
+    if adapter.engine != "sglang":
+        return (adapter.bundle,)
+    minimum = version_key(adapter.min_sglang) if adapter.min_sglang else (0, 0, 0)
+    able = [b for b, v in BUNDLE_VERSIONS.items() if version_key(v) >= minimum]
+    return (adapter.bundle, *sorted(b for b in able if b != adapter.bundle))
+
+
+def not_served_here(config: ModelConfig) -> dict[str, str]:
+    """``{profile: adapter_path}`` of the profiles whose adapter this image does not run
+    (SIE adapters of other bundles; the config read fine, so every path is a known one)."""
+    return {
+        name: canonical_path(profile.adapter_path)
+        for name, profile in config.profiles.items()
+        if profile.adapter_path is not None
+        and canonical_path(profile.adapter_path) not in KNOWN_ADAPTERS
+    }
 
 
 def default_adapter_path(bundle_has_sglang: bool, tasks: Mapping[str, Any]) -> str:
@@ -58,7 +162,21 @@ def default_adapter_path(bundle_has_sglang: bool, tasks: Mapping[str, Any]) -> s
     return EMBEDDING if set(tasks) == {"encode"} else GENERATION
 
 
-def _unknown(path: str, why: str) -> str:
-    close = difflib.get_close_matches(path, KNOWN_ADAPTERS, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]}?" if close else "known adapters: " + ", ".join(KNOWN_ADAPTERS)
+def _unknown(path: str) -> str:
+    if ":" not in path:
+        why = "it is not module:Class"
+    elif path.partition(":")[0].endswith(".py") or "/" in path:
+        why = "custom adapter code from the model's folder is not run by this worker"
+    else:
+        why = f"neither SIE {sie_version()} nor this image defines it"
+    names = sorted({*KNOWN_ADAPTERS, *sie_adapters()})
+    close = difflib.get_close_matches(path, names, n=1, cutoff=0.6)
+    if not close:  # a misspelled class in a known module
+        module = path.partition(":")[0]
+        close = [n for n in names if n.partition(":")[0] == module][:1]
+    hint = (
+        f"did you mean {close[0]}?"
+        if close
+        else "adapters this image runs: " + ", ".join(KNOWN_ADAPTERS)
+    )
     return f"unknown adapter {path!r} ({why}); {hint}"

@@ -6,14 +6,17 @@ Every refusal is an :class:`~sie_worker.errors.InvalidConfig` listing all proble
 Defaults: ``tensor_parallel_size`` 1; ``request_read_timeout_s`` generation:
 ``SIE_SGLANG_GENERATE_READ_TIMEOUT_S`` or none, embedding: 60; ``startup_timeout_s``
 ``SIE_MODEL_READY_TIMEOUT_S`` or 900; ``watchdog_timeout_s`` the engine's;
-``disable_piecewise_cuda_graph`` true above width 1 (every width on ``sglang-cu130``);
-``nccl_port`` picked by the worker from 30400-30499.
+``disable_piecewise_cuda_graph`` true above width 1 (every width on ``sglang-cu130`` and with SIE's
+Gemma and cu130 adapters);
+``nccl_port`` picked by the worker from 30400-30499. The SGLang adapters' other options, the
+flag each means and its rule are one table, :mod:`sie_worker.config.sglang_flags`, checked
+against the SGLang release of the worker's bundle; the transformers engine's options are
+checked in :mod:`sie_worker.config.engine_options`.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,10 +25,15 @@ from types import MappingProxyType
 from typing import Any
 
 from sie_server.adapters.base import Adapter
-from sie_server.adapters.sglang import SGLANG_LOADTIME_OPTIONS
-from sie_worker.config.adapters import UnknownAdapter, default_adapter_path, resolve_adapter
+from sie_worker.config.adapters import (
+    NotServedHere,
+    UnknownAdapter,
+    default_adapter_path,
+    resolve_adapter,
+)
+from sie_worker.config.engine_options import transformers_problems
 from sie_worker.config.jsonpath import json_path
-from sie_worker.config.model import ServedModel
+from sie_worker.config.model import JsonPath, ServedModel
 from sie_worker.config.model_shape import (
     ModelPathError,
     head_counts,
@@ -33,8 +41,10 @@ from sie_worker.config.model_shape import (
     width_fit_problems,
 )
 from sie_worker.config.rules import width_problem
-from sie_worker.config.schema import type_name
+from sie_worker.config.sglang_checks import SGLangChecks, release_of
+from sie_worker.config.sglang_flags import Release, option_problem
 from sie_worker.config.sglang_options import disables_cuda_graph
+from sie_worker.config.values import number_text
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import Settings
 
@@ -44,6 +54,7 @@ __all__ = [
     "EMBEDDING_READ_TIMEOUT_S",
     "LoadOptions",
     "adapter_of",
+    "context_length",
     "declared_width",
     "resolve_load_options",
 ]
@@ -51,9 +62,18 @@ __all__ = [
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
 EMBEDDING_READ_TIMEOUT_S = 60.0
 CU130_BUNDLE = "sglang-cu130"
-# Options that LoadOptions carries as fields; any other accepted option goes to ``extras``.
-_COMMON = frozenset(SGLANG_LOADTIME_OPTIONS)
-_DEVICES = ("auto", "cpu", "cuda")
+# Options LoadOptions carries as fields (or the launcher reads from ``sglang``).
+_COMMON = frozenset(
+    {
+        "tensor_parallel_size",
+        "request_read_timeout_s",
+        "startup_timeout_s",
+        "watchdog_timeout_s",
+        "disable_piecewise_cuda_graph",
+        "nccl_port",
+        "disable_cuda_graph",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -67,13 +87,17 @@ class LoadOptions:
     extras: Mapping[str, Any]  # adapter-specific accepted options (chat_template, threads, ...)
     disable_cuda_graph: bool = False  # loadtime option, or --disable-cuda-graph in extra args
     adapter: str = ""  # the resolved adapter_path (bundle default applied)
-    task: str | None = None  # "generate" or "encode"
+    task: str | None = None  # "generate", "encode" or "score"
     declared: Mapping[str, Any] = field(default_factory=dict)  # the loadtime block as written
     model_path: str | None = None  # model_path resolved to a local directory; None: use hf_id
+    sglang_version: str | None = None  # the SGLang release the argv is built for
+    context_length: int | None = None  # --context-length (None: the model's config.json)
+    warnings: tuple[str, ...] = ()  # accepted options this worker does not apply
 
 
 def adapter_of(served: ServedModel, settings: Settings) -> type[Adapter]:
-    """The profile's adapter, or the bundle's default one. Raises :class:`UnknownAdapter`."""
+    """The profile's adapter, or the bundle's default one. Raises :class:`UnknownAdapter` or
+    :class:`NotServedHere`."""
     path = served.profile.adapter_path or default_adapter_path(
         settings.has_sglang_bundle, served.config.tasks
     )
@@ -86,15 +110,40 @@ def declared_width(served: ServedModel) -> int:
     return value if width_problem(value) is None else 1
 
 
+def context_length(served: ServedModel, adapter: type[Adapter]) -> int | None:
+    """The engine's context length: ``loadtime.max_seq_length`` (``max_length`` for SIE's
+    CrossEncoderAdapter), else the top-level ``max_sequence_length``, else (generation)
+    ``tasks.generate.context_length``, else None (the engine reads the model's config.json).
+    SIE passes the literal ``None`` in the last case, which SGLang refuses."""
+    loadtime, config = served.profile.loadtime, served.config
+    for key in ("max_seq_length", "max_length"):
+        value = loadtime.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and key in _accepted(adapter):
+            return value
+    generates = adapter.task(config.tasks) == "generate"
+    # The earlier spelling, tasks.encode.max_sequence_length, only ever bounded embeddings.
+    earlier = config.path_of("max_sequence_length") == ("tasks", "encode", "max_sequence_length")
+    if config.max_sequence_length is not None and not (generates and earlier):
+        return config.max_sequence_length
+    if generates:
+        value = config.generate.get("context_length")
+        return value if isinstance(value, int) else None
+    return None
+
+
 def resolve_load_options(
     served: ServedModel, settings: Settings, *, env: Mapping[str, str] | None = None
 ) -> LoadOptions:
     """Check the profile's load-time options for this worker and fill in the defaults.
 
-    ``env`` is where the Hugging Face cache is looked up (default: the process environment).
-    Raises :class:`InvalidConfig` naming every problem.
+    ``env`` is where the Hugging Face cache and ``SIE_SGLANG_VERSION`` are looked up
+    (default: the process environment). Raises :class:`InvalidConfig` naming every problem.
     """
     return _Resolver(served, settings, os.environ if env is None else env).resolve()
+
+
+def _accepted(adapter: type[Adapter]) -> tuple[str, ...]:
+    return adapter.loadtime_options
 
 
 class _Resolver:
@@ -103,28 +152,37 @@ class _Resolver:
         self.settings = settings
         self.env = env
         self.loadtime: Mapping[str, Any] = served.profile.loadtime
-        self.base = ["profiles", served.profile.loadtime_from, "adapter_options", "loadtime"]
+        self.base: JsonPath = (
+            "profiles",
+            served.profile.loadtime_from,
+            "adapter_options",
+            "loadtime",
+        )
         self.problems: list[Problem] = []
+        self.warnings: list[str] = []
 
-    def add(self, where: str | list[str | int], message: str) -> None:
+    def add(self, where: str | JsonPath | list[str | int], message: str) -> None:
         path = json_path([*self.base, where]) if isinstance(where, str) else json_path(where)
         self.problems.append(Problem(path, message, self.served.config.source))
 
     def resolve(self) -> LoadOptions:
-        served, settings, loadtime = self.served, self.settings, self.loadtime
+        served, settings = self.served, self.settings
         try:
             adapter = adapter_of(served, settings)
-        except UnknownAdapter as exc:
+        except (UnknownAdapter, NotServedHere) as exc:
             self.add(["profiles", served.profile.name, "adapter_path"], str(exc))
             raise InvalidConfig(self.problems) from None
+        self._weights()
         self._unknown_options(adapter)
         # Refused keys are reported once, as unknown; only accepted ones get value checks.
         self.loadtime = loadtime = {
-            k: v for k, v in loadtime.items() if k in adapter.loadtime_options
+            k: v for k, v in self.loadtime.items() if k in adapter.loadtime_options
         }
         task = self._task(adapter)
         width = self._width(adapter)
         generation = task == "generate"
+        release = release_of(settings.bundle, self.env) if adapter.engine == "sglang" else None
+        checks = self._sglang(adapter, release, width) if release is not None else None
         if "request_read_timeout_s" in loadtime:
             read_timeout = self._seconds("request_read_timeout_s")
         elif task == "encode":
@@ -142,12 +200,16 @@ class _Resolver:
         watchdog = self._seconds("watchdog_timeout_s")
         piecewise = self._bool("disable_piecewise_cuda_graph")
         if piecewise is None:
-            piecewise = width > 1 or settings.bundle == CU130_BUNDLE
+            # SIE's Gemma and cu130 adapters turn it off at every width too.
+            piecewise = width > 1 or CU130_BUNDLE in (settings.bundle, adapter.bundle)
         no_graphs = bool(self._bool("disable_cuda_graph")) or (
             adapter.engine == "sglang" and disables_cuda_graph(served.profile.extra_launch_args)
         )
         nccl_port = self._nccl_port(width)
-        extras = self._extras(adapter)
+        extras = {k: v for k, v in loadtime.items() if k not in _COMMON}
+        if adapter.engine == "transformers":
+            for where, message in transformers_problems(adapter, served, extras):
+                self.add(where, message)
         model_path = self._shape(width, adapter)
         if self.problems:
             raise InvalidConfig(self.problems)
@@ -164,9 +226,22 @@ class _Resolver:
             task=task,
             declared=served.profile.loadtime,
             model_path=str(model_path) if model_path is not None else None,
+            sglang_version=release.version if release is not None else None,
+            context_length=context_length(served, adapter),
+            warnings=tuple(self.warnings + (checks.warnings if checks else [])),
         )
 
     # --- one check each ------------------------------------------------------------------
+
+    def _weights(self) -> None:
+        config = self.served.config
+        for flag in ("package_backed", "remote_backed"):
+            if getattr(config, flag):
+                self.add(
+                    [flag],
+                    f"{flag} models have no weights the engines of this image can load; serve "
+                    "the model with SIE's own image",
+                )
 
     def _unknown_options(self, adapter: type[Adapter]) -> None:
         accepted = adapter.loadtime_options
@@ -223,23 +298,20 @@ class _Resolver:
             )
         return value
 
+    def _sglang(self, adapter: type[Adapter], release: Release, width: int) -> SGLangChecks:
+        checks = SGLangChecks(adapter, self.served, self.loadtime, release)
+        for where, message in checks.problems():
+            self.add(where, message)
+        return checks
+
     def _seconds(self, key: str) -> float | None:
         if key not in self.loadtime:
             return None
-        value = self.loadtime[key]
-        expected = "must be a finite number of seconds above zero"
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.add(key, f"{expected}, got {type_name(value)} {_shown(value)}".rstrip())
+        message = option_problem(key, self.loadtime[key], _NO_RELEASE)
+        if message is not None:
+            self.add(key, message)
             return None
-        try:
-            seconds = float(value)
-        except OverflowError:
-            self.add(key, f"{expected}, got a number too large to be a duration")
-            return None
-        if not math.isfinite(seconds) or seconds <= 0:
-            self.add(key, f"{expected}, got {_shown(value)}")
-            return None
-        return seconds
+        return float(self.loadtime[key])
 
     def _startup(self, width: int, generation: bool) -> float:
         settings = self.settings
@@ -259,44 +331,45 @@ class _Resolver:
         budget = settings.liveness_budget_s
         if budget is not None and value >= budget:
             limit = (
-                f"the worker's liveness budget of {_num(budget)} s (SIE_WORKER_LIVENESS_BUDGET_S)"
+                f"the worker's liveness budget of {number_text(budget)} s "
+                "(SIE_WORKER_LIVENESS_BUDGET_S)"
             )
             if declared:
                 self.add(
                     "startup_timeout_s",
-                    f"{_num(value)} is at or above {limit}: lower it below {_num(budget)}, "
-                    "or raise the liveness probe's budget",
+                    f"{number_text(value)} is at or above {limit}: lower it below "
+                    f"{number_text(budget)}, or raise the liveness probe's budget",
                 )
             else:
                 source = (
-                    f"SIE_MODEL_READY_TIMEOUT_S={_num(value)}"
+                    f"SIE_MODEL_READY_TIMEOUT_S={number_text(value)}"
                     if settings.model_ready_timeout_s
-                    else f"the built-in {_num(value)} s (SIE_MODEL_READY_TIMEOUT_S is unset)"
+                    else f"the built-in {number_text(value)} s (SIE_MODEL_READY_TIMEOUT_S is unset)"
                 )
                 self.add(
                     "startup_timeout_s",
                     f"is not declared and its default, {source}, is at or above {limit}: set "
                     f"SIE_MODEL_READY_TIMEOUT_S (workers.common.modelReadyTimeoutSec) below "
-                    f"{_num(budget)}, or declare a lower startup_timeout_s",
+                    f"{number_text(budget)}, or declare a lower startup_timeout_s",
                 )
         return value
 
     def _bool(self, key: str) -> bool | None:
         if key not in self.loadtime:
             return None
-        value = self.loadtime[key]
-        if not isinstance(value, bool):
-            self.add(key, f"must be true or false, got {type_name(value)} {_shown(value)}".rstrip())
+        message = option_problem(key, self.loadtime[key], _NO_RELEASE)
+        if message is not None:
+            self.add(key, message)
             return None
-        return value
+        return bool(self.loadtime[key])
 
     def _nccl_port(self, width: int) -> int | None:
         if "nccl_port" not in self.loadtime:
             return None
         value = self.loadtime["nccl_port"]
-        if isinstance(value, bool) or not isinstance(value, int) or not 1024 <= value <= 65535:
-            got = f"{type_name(value)} {_shown(value)}".rstrip()
-            self.add("nccl_port", f"must be an integer from 1024 to 65535, got {got}")
+        message = option_problem("nccl_port", value, _NO_RELEASE)
+        if message is not None:
+            self.add("nccl_port", message)
             return None
         if width <= 1:
             self.add(
@@ -305,37 +378,16 @@ class _Resolver:
                 "raise tensor_parallel_size",
             )
             return None
-        return value
-
-    def _extras(self, adapter: type[Adapter]) -> dict[str, Any]:
-        extras = {k: v for k, v in self.loadtime.items() if k not in _COMMON}
-        extras = {k: v for k, v in extras.items() if k in adapter.loadtime_options}
-        if "chat_template" in extras:
-            value = extras["chat_template"]
-            if not isinstance(value, str) or not value.strip():
-                self.add(
-                    "chat_template",
-                    "must be an SGLang built-in template name (e.g. chatml) or a template "
-                    f"file path, got {type_name(value)} {_shown(value)}".rstrip(),
-                )
-        if "device" in extras and extras["device"] not in _DEVICES:
-            got = extras["device"]
-            self.add("device", f"must be one of {', '.join(_DEVICES)}, got {_shown(got)}")
-        for key in ("threads", "max_batch_size"):
-            if key in extras:
-                value = extras[key]
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    got = f"{type_name(value)} {_shown(value)}".rstrip()
-                    self.add(key, f"must be an integer of at least 1, got {got}")
-        return extras
+        return int(value)
 
     def _shape(self, width: int, adapter: type[Adapter]) -> Path | None:
         """The local model directory (None: hf_id), and the head-count rule above width 1."""
+        config = self.served.config
         try:
-            local = local_model_dir(self.served.config)
-            counts = head_counts(self.served.config, self.env) if width > 1 else None
+            local = local_model_dir(config)
+            counts = head_counts(config, self.env) if width > 1 else None
         except ModelPathError as exc:
-            self.add(["model_path"], str(exc))
+            self.add(list(config.path_of("model_path")), str(exc))
             return None
         if counts is not None and adapter.engine == "sglang":
             for message in width_fit_problems(width, counts):
@@ -343,28 +395,4 @@ class _Resolver:
         return local
 
 
-def _shown(value: object) -> str:
-    """The value as a config would spell it, for messages (``type_name`` says null)."""
-    if value is None or isinstance(value, dict | list):
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = repr(value)
-    if isinstance(value, int) and len(text) > 20:
-        return "(a very large number)"
-    if isinstance(value, str):
-        hint = "; write it without quotes" if _numeric(value) else ""
-        return (text if len(text) <= 60 else text[:57] + "...") + hint
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
+_NO_RELEASE = Release("", "", None)  # value rules that do not depend on the release

@@ -1,17 +1,16 @@
 """Model configs: read YAML or JSON, check it against the schema and the read-time rules
-(:mod:`sie_worker.config.rules`), and resolve its profiles. Every problem is reported at once
-(:class:`~sie_worker.errors.InvalidConfig`).
+(:mod:`sie_worker.config.rules`), and build the normalised config with its profiles resolved
+(:mod:`sie_worker.config.normalize`). Every problem is reported at once
+(:class:`~sie_worker.errors.InvalidConfig`). Reading never changes a file.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any
 
-from sie_worker.config.model import DEFAULT_PROFILE, ModelConfig, Profile
+from sie_worker.config.model import ModelConfig
+from sie_worker.config.normalize import build_config
 from sie_worker.config.rules import rule_problems
 from sie_worker.config.schema import schema_problems, type_name
 from sie_worker.config.yamldoc import load_document, plain_data
@@ -54,7 +53,7 @@ def parse_config(data: object, *, source: str | None, base_dir: Path | None = No
     problems += rule_problems(doc)
     if problems:
         raise InvalidConfig(_with_file(problems, source))
-    return _build(doc, source=source, base_dir=base_dir)
+    return build_config(doc, source=source, base_dir=base_dir)
 
 
 def load_config_file(path: Path) -> ModelConfig:
@@ -110,69 +109,3 @@ def load_config_dir(path: Path) -> tuple[dict[str, ModelConfig], list[Problem]]:
 
 def _with_file(problems: list[Problem], source: str | None) -> list[Problem]:
     return [Problem(p.path, p.message, p.file or source) for p in problems]
-
-
-# --- building the resolved config ----------------------------------------------------------
-
-
-def _build(doc: Mapping[str, Any], *, source: str | None, base_dir: Path | None) -> ModelConfig:
-    raw_profiles: Mapping[str, Mapping[str, Any]] = doc["profiles"]
-    resolved: dict[str, Profile] = {}
-
-    def build(name: str) -> Profile:
-        if name not in resolved:
-            raw = raw_profiles[name]
-            parent = build(raw["extends"]) if "extends" in raw else None
-            resolved[name] = _resolve_profile(name, raw, parent)
-        return resolved[name]
-
-    # Default first, then the others in the order written.
-    for name in sorted(raw_profiles, key=lambda n: n != DEFAULT_PROFILE):
-        build(name)
-    ordered = {n: resolved[n] for n in sorted(resolved, key=lambda n: n != DEFAULT_PROFILE)}
-    tasks = {k: MappingProxyType(dict(v)) for k, v in doc["tasks"].items()}
-    return ModelConfig(
-        sie_id=doc["sie_id"],
-        hf_id=doc["hf_id"],
-        revision=doc.get("revision"),
-        model_path=doc.get("model_path"),
-        tasks=MappingProxyType(tasks),
-        profiles=MappingProxyType(ordered),
-        grammar_profile=doc.get("grammar_profile"),
-        source=source,
-        raw=MappingProxyType(dict(doc)),
-        base_dir=base_dir,
-    )
-
-
-def _resolve_profile(name: str, raw: Mapping[str, Any], parent: Profile | None) -> Profile:
-    """Each field the profile sets replaces the parent's; loadtime, runtime and extra_env are
-    inherited when absent or empty and replaced whole when nonempty."""
-    options = raw.get("adapter_options", {})
-    loadtime = options.get("loadtime") or {}
-    runtime = options.get("runtime") or {}
-    env = raw.get("extra_env") or {}
-
-    def scalar(key: str) -> Any:
-        if key in raw:
-            return raw[key]
-        return getattr(parent, key) if parent is not None else None
-
-    inherit_loadtime = not loadtime and parent is not None
-    return Profile(
-        name=name,
-        extends=raw.get("extends"),
-        max_batch_tokens=scalar("max_batch_tokens"),
-        compute_precision=scalar("compute_precision"),
-        kv_budget_tokens=scalar("kv_budget_tokens"),
-        adapter_path=scalar("adapter_path"),
-        loadtime=parent.loadtime if inherit_loadtime and parent else MappingProxyType(loadtime),
-        runtime=parent.runtime if not runtime and parent else MappingProxyType(runtime),
-        extra_launch_args=(
-            tuple(raw["extra_launch_args"])
-            if "extra_launch_args" in raw
-            else (parent.extra_launch_args if parent else ())
-        ),
-        extra_env=parent.extra_env if not env and parent else MappingProxyType(dict(env)),
-        loadtime_from=parent.loadtime_from if inherit_loadtime and parent else name,
-    )

@@ -27,10 +27,8 @@ MODEL_CONFIG_SCHEMA = "model-config.schema.json"
 # Hints for keys a config must have, by the path of the object that lacks them.
 _REQUIRED_HINTS: Mapping[tuple[str, str], str] = {
     ("$", "sie_id"): "add sie_id: the model id clients send, e.g. my-org/my-model",
-    ("$", "hf_id"): "add hf_id: the Hugging Face repository of the weights, e.g. my-org/my-model",
-    ("$", "tasks"): "add tasks with generate and/or encode",
-    ("$", "profiles"): "add profiles with at least a default profile",
-    ("$.profiles", "default"): "add a default profile; it is served as the model's sie_id",
+    ("$", "tasks"): "add tasks with generate, encode or score",
+    ("$", "profiles"): "add profiles, e.g. a default profile (served as the model's sie_id)",
 }
 
 
@@ -100,7 +98,7 @@ def _message(keyword: Any, schema: Mapping[str, Any], error: ValidationError) ->
     if keyword == "type":
         return _type_message(value, instance)
     if keyword == "enum":
-        options = [str(v) for v in value]
+        options = ["null" if v is None else str(v) for v in value]
         close = difflib.get_close_matches(str(instance), options, n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]}?" if close else ""
         return f"must be one of {', '.join(options)}, got {shown}{hint}"
@@ -115,8 +113,6 @@ def _message(keyword: Any, schema: Mapping[str, Any], error: ValidationError) ->
     if keyword == "maxItems":
         return f"must hold at most {value} items, got {len(instance)}; remove some"
     if keyword == "minProperties":
-        if error.absolute_path and list(error.absolute_path)[-1] == "tasks":
-            return "declares no task; add generate and/or encode"
         return "must not be empty"
     if keyword == "pattern":
         return f"must match {value}, got {shown}"
@@ -124,8 +120,11 @@ def _message(keyword: Any, schema: Mapping[str, Any], error: ValidationError) ->
 
 
 def _type_message(expected: Any, instance: object) -> str:
-    wanted = expected if isinstance(expected, str) else " or ".join(expected)
+    names = [expected] if isinstance(expected, str) else list(expected)
+    wanted = next((n for n in names if n != "null"), "null")
     word = _TYPE_WORDS.get(wanted, wanted)
+    if len(names) > 1:
+        word = " or ".join(_TYPE_WORDS.get(n, n) for n in names)
     article = "an" if word[0] in "aeiou" else "a"
     hint = ""
     if wanted == "string" and isinstance(instance, int | float | bool):

@@ -1,10 +1,11 @@
 """SGLang's command-line options, as its own parsers define them, one table per release.
 
 The worker never imports SGLang: ``scripts/sglang-options`` writes each release's
-``{option string: dest}`` table from SGLang's real parser into
-``data/sglang-options-<version>.json``, one per release a bundle runs (0.5.23 and
-0.5.10.post1). :func:`resolve` matches a token exactly as SGLang's argparse does
-(``allow_abbrev`` on: ``--tp=2`` sets ``--tp-size`` because ``--tp`` is its unique prefix).
+``{option string: dest}`` table, and each dest's action (kind, value type, choices), from
+SGLang's real parser into ``data/sglang-options-<version>.json``, one per release a bundle
+runs (0.5.23 and 0.5.10.post1). :func:`resolve` matches a token exactly as SGLang's argparse
+does (``allow_abbrev`` on: ``--tp=2`` sets ``--tp-size`` because ``--tp`` is its unique
+prefix); :func:`table_for` finds a release's table.
 """
 
 from __future__ import annotations
@@ -12,25 +13,53 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from sie_worker.config.sglang_release import version_key
 
-__all__ = ["FlagMatch", "OptionTable", "disables_cuda_graph", "option_tables", "resolve"]
+__all__ = [
+    "Action",
+    "FlagMatch",
+    "OptionTable",
+    "disables_cuda_graph",
+    "option_tables",
+    "resolve",
+    "table_for",
+]
 
 _DATA = Path(__file__).resolve().parent / "data"
 _TABLE_FILE = re.compile(r"^sglang-options-(?P<version>[0-9][0-9A-Za-z.+-]*)\.json$")
 
 
 @dataclass(frozen=True)
+class Action:
+    """What one dest takes: argparse's action (``Store``, ``StoreTrue``...), the value type's
+    name (``int``, ``float``, ``str``...), and the allowed values when it has choices."""
+
+    kind: str
+    type: str | None
+    choices: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
 class OptionTable:
-    """One SGLang release's ``{option string: dest}``; ``complete`` is False for the fallback."""
+    """One SGLang release's ``{option string: dest}`` and ``{dest: Action}``; ``complete`` is
+    False for the fallback."""
 
     version: str
     options: Mapping[str, str]
     complete: bool = True
+    actions: Mapping[str, Action] = field(default_factory=dict)
+
+    def has(self, option: str) -> bool:
+        """Whether ``option`` is one of this release's option strings (spelled out)."""
+        return option in self.options
+
+    def action_of(self, option: str) -> Action | None:
+        dest = self.options.get(option)
+        return self.actions.get(dest) if dest is not None else None
 
     def strings_of(self, dest: str) -> tuple[str, ...]:
         """Every option string of one action, long form first (``--tensor-parallel-size``)."""
@@ -79,7 +108,6 @@ def resolve(token: str, table: OptionTable) -> FlagMatch:
 
 
 @cache
-@cache
 def option_tables() -> tuple[OptionTable, ...]:
     """The shipped tables, newest SGLang first (empty when none ships)."""
     tables: list[OptionTable] = []
@@ -90,9 +118,25 @@ def option_tables() -> tuple[OptionTable, ...]:
                 continue
             data = json.loads(path.read_text(encoding="utf-8"))
             options = {str(k): str(v) for k, v in data["options"].items()}
-            tables.append(OptionTable(match.group("version"), options))
+            actions = {
+                str(dest): Action(
+                    str(entry["kind"]),
+                    entry["type"],
+                    tuple(entry["choices"]) if entry["choices"] is not None else None,
+                )
+                for dest, entry in data.get("actions", {}).items()
+            }
+            tables.append(OptionTable(match.group("version"), options, actions=actions))
     tables.sort(key=lambda t: version_key(t.version), reverse=True)
     return tuple(tables)
+
+
+def table_for(version: str) -> OptionTable | None:
+    """The shipped table of this exact SGLang release, else None (not shipped)."""
+    for table in option_tables():
+        if table.version == version:
+            return table
+    return None
 
 
 def disables_cuda_graph(args: Sequence[str], tables: Sequence[OptionTable] | None = None) -> bool:

@@ -1,8 +1,11 @@
 """Which SGLang release the engine runs, and how that release spells the flags that moved.
 
-Found without importing SGLang: the installed distribution's metadata, else
-``SIE_SGLANG_VERSION``, else the bundle's pinned release (``sglang-cu130`` -> 0.5.23,
-``sglang`` -> 0.5.10.post1), else the release this project pins (0.5.23).
+Found without importing SGLang: ``SIE_SGLANG_VERSION`` when set, else the release the
+worker's bundle (``SIE_BUNDLE``) pins (``sglang-cu130`` -> 0.5.23, ``sglang`` ->
+0.5.10.post1), so ``sie-worker plan`` shows what that bundle's image would run; else (the
+``default`` bundle) the installed distribution's metadata, else the release this project
+pins (0.5.23). In an image the installed release agrees with its bundle's;
+:func:`release_mismatch` says when it does not (the worker logs it at start).
 
 The ``sglang`` bundle runs 0.5.10.post1, the newest release before the 0.5.20 flag rename
 that PyPI serves with CUDA 12 dependencies (0.5.11 and later pull CUDA 13 torch; 0.5.18 and
@@ -34,6 +37,7 @@ __all__ = [
     "engine_version",
     "installed_version",
     "prefill_graph_flag",
+    "release_mismatch",
     "version_key",
 ]
 
@@ -54,14 +58,31 @@ def installed_version() -> str | None:
 
 def engine_version(bundle: str, env: Mapping[str, str] | None = None) -> str:
     """The SGLang release the engine will run (see the module docstring for the order)."""
-    found = installed_version()
-    if found:
-        return found
     environ = os.environ if env is None else env
     declared = environ.get("SIE_SGLANG_VERSION", "").strip()
     if declared:
         return declared
-    return BUNDLE_VERSIONS.get(bundle, PINNED_VERSION)
+    if bundle in BUNDLE_VERSIONS:
+        return BUNDLE_VERSIONS[bundle]
+    return installed_version() or PINNED_VERSION
+
+
+def release_mismatch(bundle: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Why the installed SGLang differs from the release the worker plans for, or None."""
+    installed = installed_version()
+    planned = engine_version(bundle, env)
+    if installed is None or installed == planned:
+        return None
+    source = (
+        "SIE_SGLANG_VERSION"
+        if (os.environ if env is None else env).get("SIE_SGLANG_VERSION", "").strip()
+        else f"SIE_BUNDLE={bundle}"
+    )
+    return (
+        f"SGLang {installed} is installed but engine command lines are built for SGLang "
+        f"{planned} ({source}); flags that differ between the two may be refused by the engine: "
+        "set SIE_BUNDLE to the bundle of this image, or SIE_SGLANG_VERSION"
+    )
 
 
 def version_key(text: str) -> tuple[int, int, int]:

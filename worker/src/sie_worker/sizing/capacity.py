@@ -166,10 +166,15 @@ def workload_for(
 
 
 def _config_context(served: ServedModel, stats: ModelStats | None) -> tuple[int, str]:
-    for task, key in (("generate", "context_length"), ("encode", "max_sequence_length")):
-        value = served.config.tasks.get(task, {}).get(key)
+    # A profile's loadtime.max_seq_length is its served model's context (SIE's variants).
+    candidates = (
+        (served.profile.loadtime.get("max_seq_length"), "adapter_options.loadtime.max_seq_length"),
+        (served.config.generate.get("context_length"), "tasks.generate.context_length"),
+        (served.config.max_sequence_length, "max_sequence_length"),
+    )
+    for value, source in candidates:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value, f"tasks.{task}.{key}"
+            return value, source
     if stats is not None and stats.max_position_embeddings:
         return stats.max_position_embeddings, "config.json max_position_embeddings"
     raise ModelStatsError(

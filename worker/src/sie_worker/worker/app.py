@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sie_worker.config.model import ModelConfig, served_models
+from sie_worker.config.runtime import request_runtime
 from sie_worker.errors import (
     InvalidRequest,
     UnknownModel,
@@ -205,6 +206,7 @@ async def _openai(request: Request) -> Response:
         request.headers,
         stream=payload.get("stream") is True,
         request_id=request.headers[REQUEST_ID_HEADER],
+        runtime=request_runtime(record.served),
     )
 
 

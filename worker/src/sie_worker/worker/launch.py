@@ -1,31 +1,34 @@
 """The engine's command line and environment for one load: pure functions, no processes.
 
 SGLang adapters run ``python -m sglang.launch_server`` (or the ``SIE_SGLANG_COMMAND``
-prefix); the transformers adapter runs ``python -m sie_worker.engines.transformers``.
+prefix); the transformers adapters run ``python -m sie_worker.engines.transformers``. Flag
+spellings are those of the SGLang release the load was checked for (the bundle's).
 
-| config                                      | SGLang argument                                    |
-|---------------------------------------------|----------------------------------------------------|
-| ``model_path`` (resolved) or ``hf_id``      | ``--model-path``                                   |
-| ``revision`` (hf_id only)                   | ``--revision``                                     |
-| served model id                             | ``--served-model-name``                            |
-| width (``tensor_parallel_size``)            | ``--tp-size``                                      |
-| (the worker)                                | ``--host 127.0.0.1 --port N --nccl-port P``        |
-| ``compute_precision``                       | ``--dtype``                                        |
-| ``tasks.generate.context_length``           | ``--context-length``                               |
-| ``tasks.encode.max_sequence_length``        | ``--context-length`` (embedding adapter)           |
-| ``kv_budget_tokens``                        | ``--max-total-tokens``                             |
-| ``max_batch_tokens``                        | ``--max-prefill-tokens``                           |
-| embedding adapter                           | ``--is-embedding``                                 |
-| ``chat_template`` (chat adapter)            | ``--chat-template``                                |
-| ``watchdog_timeout_s``                      | ``--watchdog-timeout``                             |
-| ``disable_piecewise_cuda_graph`` true       | ``--disable-prefill-cuda-graph`` (>= 0.5.20) or    |
-|                                             | ``--disable-piecewise-cuda-graph`` (older)         |
-| ``disable_cuda_graph`` true                 | ``--cuda-graph-backend-{decode,prefill} disabled`` |
-| ``extra_launch_args``                       | appended last                                      |
+SGLang arguments, in order:
 
-``max_batch_tokens`` maps to ``--max-prefill-tokens`` ("the maximum number of tokens in a
-prefill batch", SGLang's help) rather than ``--chunked-prefill-size``, which only sets how a
-long prompt is cut into chunks and turns chunking off at -1.
+- ``--model-path``: ``weights_path``/``model_path`` resolved, else ``hf_id``; ``--revision``:
+  ``hf_revision``/``revision`` (``loadtime.revision`` wins; hub ids only);
+- ``--served-model-name`` the served id, ``--tp-size`` the width, then the worker's
+  ``--host 127.0.0.1 --port N --nccl-port P``;
+- ``--dtype``: ``compute_precision`` (``loadtime.compute_precision`` wins);
+- ``--context-length``: ``loadtime.max_seq_length``, else ``max_sequence_length``, else
+  (generation) ``tasks.generate.context_length``;
+- ``--trust-remote-code`` unless ``trust_remote_code: false`` (SIE's default is true);
+- the adapter's own (``--is-embedding``, ``--chat-template``), ``--watchdog-timeout``;
+- ``--mem-fraction-static``, ``--attention-backend``, ``--grammar-backend``,
+  ``--reasoning-parser``, ``--tool-call-parser``, ``--speculative-*``
+  (:mod:`sie_worker.config.sglang_flags`);
+- the prefill CUDA-graph switch (``--disable-prefill-cuda-graph`` from 0.5.20,
+  ``--disable-piecewise-cuda-graph`` before), or with ``disable_cuda_graph``
+  ``--cuda-graph-backend-{decode,prefill} disabled`` (0.5.19 on), ``--disable-cuda-graph``
+  (before);
+- ``extra_launch_args`` (either place), then the strict-thinking adapter's
+  ``--enable-strict-thinking``.
+
+``max_batch_tokens`` and ``kv_budget_tokens`` are SIE's batching and admission budgets, not
+engine flags (SIE never passes them to SGLang): SGLang sizes its KV pool from
+``mem_fraction_static``. Environment: the profile's ``extra_env``, ``SGLANG_ENABLE_SPEC_V2=1``
+with speculative decoding (as SIE sets it), then ``CUDA_VISIBLE_DEVICES`` written last.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from types import MappingProxyType
 from sie_worker.config.adapters import resolve_adapter
 from sie_worker.config.loadtime import LoadOptions
 from sie_worker.config.model import ServedModel
+from sie_worker.config.sglang_flags import SGLANG_OPTIONS, speculative_args
 from sie_worker.config.sglang_release import (
     disable_cuda_graph_args,
     engine_version,
@@ -60,6 +64,14 @@ __all__ = [
 ENGINE_HOST = "127.0.0.1"
 HEALTH_PATH = "/health"
 TRANSFORMERS_ENGINE = "sie_worker.engines.transformers"
+# The options passed as ``--flag value``, in this order (the others are handled above).
+_VALUE_FLAGS = (
+    "mem_fraction_static",
+    "attention_backend",
+    "grammar_backend",
+    "reasoning_parser",
+    "tool_call_parser",
+)
 
 
 @dataclass(frozen=True)
@@ -96,7 +108,7 @@ def plan_launch(
     sglang_version: str | None = None,
 ) -> LaunchPlan:
     """Everything the launcher needs for one engine. ``nccl_port`` is ignored by the
-    transformers engine; ``sglang_version`` overrides detection (tests, tools)."""
+    transformers engine; ``sglang_version`` overrides the checked release (tests, tools)."""
     if len(devices) != options.width:
         raise ValueError(f"{served.id}: width {options.width} placed on {len(devices)} devices")
     sglang = _is_sglang(options)
@@ -133,58 +145,77 @@ def engine_argv(
     if not _is_sglang(options):
         return _transformers_argv(served, options, port=port)
     config, profile = served.config, served.profile
-    version = sglang_version or engine_version(settings.bundle)
+    loadtime = profile.loadtime
+    version = sglang_version or options.sglang_version or engine_version(settings.bundle)
+    adapter = resolve_adapter(options.adapter)
     argv = list(settings.sglang_command or (sys.executable, "-m", "sglang.launch_server"))
     argv += ["--model-path", options.model_path or config.hf_id]
-    if config.revision and not options.model_path:
-        argv += ["--revision", config.revision]
+    revision = loadtime.get("revision", config.revision)
+    if revision and not options.model_path:
+        argv += ["--revision", str(revision)]
     argv += ["--served-model-name", served.id, "--tp-size", str(options.width)]
     argv += ["--host", ENGINE_HOST, "--port", str(port)]
     if nccl_port is not None:
         argv += ["--nccl-port", str(nccl_port)]
-    if profile.compute_precision:
-        argv += ["--dtype", profile.compute_precision]
-    context = _context_length(served, options)
-    if context is not None:
-        argv += ["--context-length", str(context)]
-    if profile.kv_budget_tokens is not None:
-        argv += ["--max-total-tokens", str(profile.kv_budget_tokens)]
-    if profile.max_batch_tokens is not None:
-        argv += ["--max-prefill-tokens", str(profile.max_batch_tokens)]
-    argv += resolve_adapter(options.adapter).engine_args(profile.loadtime)
+    precision = loadtime.get("compute_precision", profile.compute_precision)
+    if precision:
+        argv += ["--dtype", str(precision)]
+    if options.context_length is not None:
+        argv += ["--context-length", str(options.context_length)]
+    if loadtime.get("trust_remote_code", True) is True:
+        argv.append("--trust-remote-code")
+    own = adapter.engine_args(
+        {**loadtime, "extra_launch_args": profile.extra_launch_args}, profile.runtime
+    )
+    last = [a for a in own if a in adapter.added_flags and a != "--is-embedding"]
+    argv += [a for a in own if a not in last]
     if options.watchdog_timeout_s is not None:
         argv += ["--watchdog-timeout", _seconds(options.watchdog_timeout_s)]
+    for name in _VALUE_FLAGS:
+        value, flag = loadtime.get(name), SGLANG_OPTIONS[name].flag
+        if value is not None and flag is not None:
+            argv += [flag, str(value)]
+    spec = loadtime.get("speculative")
+    if isinstance(spec, Mapping):
+        argv += speculative_args(spec)
     if options.disable_cuda_graph:
         # Graphs off entirely: the prefill switch then has no effect, so it is omitted.
-        if profile.loadtime.get("disable_cuda_graph") is True:
+        if loadtime.get("disable_cuda_graph") is True:
             argv += disable_cuda_graph_args(version)
     elif options.disable_piecewise_cuda_graph:
         argv.append(prefill_graph_flag(version))
     argv += profile.extra_launch_args
+    argv += last  # SIE's strict-thinking adapter appends its flag to extra_launch_args
     return tuple(argv)
 
 
 def _transformers_argv(served: ServedModel, options: LoadOptions, *, port: int) -> tuple[str, ...]:
     config, profile = served.config, served.profile
+    loadtime = profile.loadtime
     argv = [sys.executable, "-m", TRANSFORMERS_ENGINE]
     argv += ["--model-path", options.model_path or config.hf_id]
     argv += ["--host", ENGINE_HOST, "--port", str(port)]
     argv += ["--task", options.task or "encode", "--served-model-name", served.id]
-    if profile.compute_precision:
-        argv += ["--dtype", profile.compute_precision]
-    argv += resolve_adapter(options.adapter).engine_args(profile.loadtime)
-    if config.revision and not options.model_path:
-        argv += ["--revision", config.revision]
-    context = _context_length(served, options)
-    if context is not None:
-        argv += ["--context-length", str(context)]
+    precision = loadtime.get("compute_precision", profile.compute_precision)
+    if precision:
+        argv += ["--dtype", str(precision)]
+    argv += resolve_adapter(options.adapter).engine_args(loadtime, profile.runtime)
+    revision = loadtime.get("revision", config.revision)
+    if revision and not options.model_path:
+        argv += ["--revision", str(revision)]
+    if options.context_length is not None:
+        argv += ["--context-length", str(options.context_length)]
     argv += profile.extra_launch_args
     return tuple(argv)
 
 
 def env_delta(served: ServedModel, devices: tuple[str, ...]) -> dict[str, str]:
-    """The profile's ``extra_env``, then the device mask written last (CPU slots: empty)."""
+    """The profile's ``extra_env``, ``SGLANG_ENABLE_SPEC_V2=1`` when speculative decoding is
+    on, then the device mask written last (CPU slots: empty)."""
     delta = dict(served.profile.extra_env)
+    spec = served.profile.loadtime.get("speculative")
+    if isinstance(spec, Mapping) and spec.get("enabled") is True:
+        delta["SGLANG_ENABLE_SPEC_V2"] = "1"
     delta["CUDA_VISIBLE_DEVICES"] = cuda_mask(devices)
     return delta
 
@@ -196,17 +227,6 @@ def engine_env(base_env: Mapping[str, str], plan: LaunchPlan) -> dict[str, str]:
 
 def _is_sglang(options: LoadOptions) -> bool:
     return resolve_adapter(options.adapter).engine == "sglang"
-
-
-def _context_length(served: ServedModel, options: LoadOptions) -> int | None:
-    tasks = served.config.tasks
-    key = (
-        ("encode", "max_sequence_length")
-        if options.task == "encode"
-        else ("generate", "context_length")
-    )
-    value = tasks.get(key[0], {}).get(key[1])
-    return value if isinstance(value, int) else None
 
 
 def _seconds(value: float) -> str:

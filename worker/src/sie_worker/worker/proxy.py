@@ -8,6 +8,14 @@ with one SSE error event instead, at an event boundary.
 Streams are the hot path (``docs/benchmarks.md``): each goes over its own engine connection,
 parsed by :mod:`sie_worker.http.stream_client` while the relay writes, so events that arrived
 meanwhile leave in one write; the worker closes that connection after ``[DONE]``.
+
+A profile's runtime options (:class:`~sie_worker.config.runtime.RequestRuntime`) rewrite the
+body before it is sent and bound the answer: ``first_chunk_timeout_s`` (time to the first
+bytes of the answer; of the first event of a stream), ``inter_chunk_timeout_s`` (longest
+silence, with the read cap), ``overall_timeout_s`` (the whole answer). Past one, the request
+fails with ``engine_timeout`` (504, or an SSE error event once a stream has started) and
+the worker closes the engine connection, which makes SGLang abort the request; the engine
+keeps running.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
+from sie_worker.config.runtime import RequestRuntime, Timeouts
 from sie_worker.errors import (
     EngineTimeout,
     EngineUnavailable,
@@ -30,6 +39,7 @@ from sie_worker.errors import (
 )
 from sie_worker.http.errors import sse_error_event
 from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.worker.deadlines import DeadlineHit, Deadlines
 from sie_worker.worker.records import Lease
 
 __all__ = ["forward"]
@@ -53,18 +63,24 @@ async def forward(
     *,
     stream: bool,
     request_id: str,
+    runtime: RequestRuntime | None = None,
 ) -> Response:
     """Send ``body`` to the engine's ``path``; the lease is released when the answer is done.
     Streams go over their own connection (:mod:`sie_worker.http.stream_client`), everything else
-    through ``client``'s pool."""
+    through ``client``'s pool. ``runtime`` is the served model's (body rewrite, timeouts)."""
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
     upstream_headers["x-request-id"] = request_id
     reply_headers = {"x-request-id": request_id}
+    limits = Deadlines(
+        lease.read_timeout_s, runtime.timeouts if runtime is not None else Timeouts()
+    )
+    if runtime is not None:
+        body = runtime.rewrite(path, body)
     if stream:
-        return await _forward_stream(lease, path, body, upstream_headers, reply_headers)
+        return await _forward_stream(lease, path, body, upstream_headers, reply_headers, limits)
     timeout = httpx.Timeout(
         connect=_CONNECT_TIMEOUT_S,
-        read=lease.read_timeout_s,
+        read=limits.read_s,
         write=_WRITE_TIMEOUT_S,
         pool=None,
     )
@@ -72,10 +88,10 @@ async def forward(
         "POST", lease.base_url + path, content=body, headers=upstream_headers, timeout=timeout
     )
     try:
-        with _failure_status(lease), _translate(lease):
-            upstream = await client.send(request, stream=True)
+        with _failure_status(lease), _translate(lease, limits):
+            upstream = await limits.first(client.send(request, stream=True))
             try:
-                content = await upstream.aread()
+                content = await limits.overall(upstream.aread())
             finally:
                 await upstream.aclose()
             return _reply(lease, upstream.status_code, content, reply_headers)
@@ -89,33 +105,46 @@ async def _forward_stream(
     body: bytes,
     upstream_headers: dict[str, str],
     reply_headers: dict[str, str],
+    limits: Deadlines,
 ) -> Response:
     try:
-        with _failure_status(lease), _translate(lease):
-            upstream = await open_stream(
-                lease.base_url + path,
-                body,
-                upstream_headers.items(),
-                connect_timeout_s=_CONNECT_TIMEOUT_S,
-                read_timeout_s=lease.read_timeout_s,
-                high_water=_STREAM_HIGH_WATER,
-                stop_after=_ends_with_done,
+        with _failure_status(lease), _translate(lease, limits):
+            upstream = await limits.overall(
+                open_stream(
+                    lease.base_url + path,
+                    body,
+                    upstream_headers.items(),
+                    connect_timeout_s=_CONNECT_TIMEOUT_S,
+                    read_timeout_s=limits.read_s,
+                    high_water=_STREAM_HIGH_WATER,
+                    stop_after=_ends_with_done,
+                )
             )
     except BaseException:
         lease.release()
         raise
+    first = b""
     if upstream.status != 200:
         try:
-            with _failure_status(lease), _translate(lease):
+            with _failure_status(lease), _translate(lease, limits):
                 content = await upstream.read_all(_MAX_SSE_EVENT_BYTES)
                 return _reply(lease, upstream.status, content, reply_headers)
         finally:
             upstream.close()
             lease.release()
+    if limits.timeouts.first_chunk_s is not None:
+        # Wait for the first event before answering, so that a silent engine gets a 504.
+        try:
+            with _failure_status(lease), _translate(lease, limits):
+                first = await limits.first(upstream.take())
+        except BaseException:
+            upstream.close()
+            lease.release()
+            raise
     lease.status = "200"
     reply_headers.update({"cache-control": "no-cache", "x-accel-buffering": "no"})
     return StreamingResponse(
-        _relay_events(upstream, lease),
+        _relay_events(upstream, lease, limits, first),
         media_type="text/event-stream",
         headers=reply_headers,
         background=BackgroundTask(_close, upstream, lease),
@@ -139,13 +168,23 @@ def _failure_status(lease: Lease) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _translate(lease: Lease) -> Iterator[None]:
+def _translate(lease: Lease, limits: Deadlines) -> Iterator[None]:
     try:
         yield
+    except DeadlineHit as exc:
+        what = {
+            "first_chunk_timeout_s": "sent nothing",
+            "inter_chunk_timeout_s": "went silent",
+            "overall_timeout_s": "did not finish",
+        }[exc.name]
+        raise EngineTimeout(
+            f"{lease.model}: engine {what} within {exc.name}={exc.seconds:g}s; the request "
+            "was failed, the engine keeps running"
+        ) from None
     except httpx.ReadTimeout as exc:
         raise EngineTimeout(
-            f"{lease.model}: engine sent nothing for request_read_timeout_s="
-            f"{lease.read_timeout_s:g}s; the request was failed, the engine keeps running"
+            f"{lease.model}: engine sent nothing for {limits.read_name}="
+            f"{limits.read_s or 0:g}s; the request was failed, the engine keeps running"
         ) from exc
     except httpx.TimeoutException as exc:
         raise EngineUnavailable(f"{lease.model}: engine did not accept the request: {exc}") from exc
@@ -216,15 +255,19 @@ def _ends_with_done(chunk: bytes, previous: bytes) -> bool:
     )
 
 
-async def _relay_events(upstream: StreamResponse, lease: Lease) -> AsyncIterator[bytes]:
+async def _relay_events(
+    upstream: StreamResponse, lease: Lease, limits: Deadlines | None = None, first: bytes = b""
+) -> AsyncIterator[bytes]:
     """Yield whole SSE events as they arrive; end with an error event if the engine fails.
     Everything that arrived since the last write leaves in one write: a write costs about
-    the same for one event as for a hundred."""
+    the same for one event as for a hundred. ``first`` is what was read before answering."""
     pending = b""
+    limits = limits or Deadlines(lease.read_timeout_s, Timeouts())
     try:
-        with _translate(lease):
+        with _translate(lease, limits):
             while True:
-                pending += await upstream.take()
+                pending += first or await limits.first(upstream.take())
+                first = b""
                 # Checked before cutting: one take can hold the end of an oversized event
                 # and the start of the next, and the size must not depend on where reads split.
                 if len(pending) > _MAX_SSE_EVENT_BYTES and _has_oversized_event(pending):

@@ -2,10 +2,10 @@
 
 - :func:`read_payload`: the JSON body, which must be an object naming its ``model``;
 - :func:`served_id`: the served model that answers it: a grammar-constrained request
-  (``response_format`` of type ``json_schema``, ``json_object``, ``regex`` or ``ebnf``, or
-  SGLang's own ``regex``, ``ebnf``, ``json_schema``, ``structural_tag``) sent to a model
-  whose config names a ``grammar_profile`` is served by ``<sie_id>:<grammar_profile>``;
-  every other request by the model it names;
+  (:func:`~sie_worker.config.runtime.is_grammar_constrained`) goes to the profile
+  :func:`~sie_worker.config.grammar_routing.grammar_profile_for` names (the model's
+  ``grammar_profile`` unless the profile it was sent to enforces grammars already); every
+  other request is served by the model it names;
 - :func:`task_of`: the task an endpoint needs (``generate`` or ``encode``);
 - :func:`prefer_wait`: ``Prefer: wait=N`` (RFC 7240), how long the client waits for a load.
 """
@@ -17,12 +17,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sie_worker.config.model import ModelConfig
+from sie_worker.config.grammar_routing import grammar_profile_for
+from sie_worker.config.model import DEFAULT_PROFILE, ModelConfig
+from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.errors import InvalidRequest
 
 __all__ = [
     "ENDPOINT_TASKS",
-    "is_grammar_constrained",
     "prefer_wait",
     "read_payload",
     "served_id",
@@ -34,8 +35,6 @@ ENDPOINT_TASKS: Mapping[str, str] = {
     "/v1/completions": "generate",
     "/v1/embeddings": "encode",
 }
-_GRAMMAR_KEYS = ("regex", "ebnf", "json_schema", "structural_tag")
-_GRAMMAR_FORMATS = ("json_schema", "json_object", "regex", "ebnf")
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
@@ -53,22 +52,15 @@ def read_payload(body: bytes) -> dict[str, Any]:
     return payload
 
 
-def is_grammar_constrained(payload: Mapping[str, Any]) -> bool:
-    response_format = payload.get("response_format")
-    return any(payload.get(k) is not None for k in _GRAMMAR_KEYS) or (
-        isinstance(response_format, dict) and response_format.get("type") in _GRAMMAR_FORMATS
-    )
-
-
 def served_id(config: ModelConfig, model_id: str, payload: Mapping[str, Any]) -> str:
     """The served model that answers ``payload`` sent to ``model_id`` (a model of ``config``)."""
-    if (
-        config.grammar_profile is not None
-        and model_id == config.sie_id
-        and is_grammar_constrained(payload)
-    ):
-        return f"{config.sie_id}:{config.grammar_profile}"
-    return model_id
+    if not is_grammar_constrained(payload):
+        return model_id
+    profile = DEFAULT_PROFILE if model_id == config.sie_id else model_id[len(config.sie_id) + 1 :]
+    target = grammar_profile_for(config, profile)
+    if target == profile:
+        return model_id
+    return config.sie_id if target == DEFAULT_PROFILE else f"{config.sie_id}:{target}"
 
 
 def task_of(path: str) -> str:

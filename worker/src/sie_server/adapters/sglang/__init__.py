@@ -1,4 +1,8 @@
-"""SGLang adapters: one SGLang engine per model, tensor parallel across its GPU block."""
+"""SGLang adapters: one SGLang engine per model, tensor parallel across its GPU block.
+
+Their load-time options, and the SGLang flag each one means, are one table:
+:mod:`sie_worker.config.sglang_flags`.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from sie_server.adapters.base import Adapter, EngineKind, Task
+from sie_worker.config.sglang_flags import Family, options_for
 
-__all__ = ["SGLANG_LOADTIME_OPTIONS", "SGLangAdapter"]
+__all__ = ["SEED_OPTIONS", "SGLANG_LOADTIME_OPTIONS", "SGLangAdapter"]
 
 # What every SGLang adapter accepts in adapter_options.loadtime; adapters built on these
 # may add more.
@@ -20,13 +25,16 @@ SGLANG_LOADTIME_OPTIONS: tuple[str, ...] = (
     "nccl_port",
     "disable_cuda_graph",
 )
+SEED_OPTIONS = SGLANG_LOADTIME_OPTIONS
 
 
 class SGLangAdapter(Adapter):
     """Common base of the SGLang adapters (not itself an adapter_path)."""
 
     engine: ClassVar[EngineKind] = "sglang"
-    loadtime_options = SGLANG_LOADTIME_OPTIONS
+    bundle: ClassVar[str] = "sglang"
+    family: ClassVar[Family] = "generation"
+    loadtime_options = options_for("generation")
     served_task: ClassVar[Task] = "generate"
 
     @classmethod

@@ -1,4 +1,7 @@
-"""``sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter``: embeddings."""
+"""``sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter``: embeddings.
+
+SIE serves it with its ``sglang-embedding`` bundle (SGLang 0.5.10.post1, as its ``sglang``
+bundle); this image with the ``sglang`` bundle."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import Any, ClassVar
 
 from sie_server.adapters.base import Task
 from sie_server.adapters.sglang import SGLangAdapter
+from sie_worker.config.sglang_flags import Family, options_for
 
 __all__ = ["SGLangEmbeddingAdapter"]
 
@@ -14,8 +18,13 @@ __all__ = ["SGLangEmbeddingAdapter"]
 class SGLangEmbeddingAdapter(SGLangAdapter):
     """Embeddings from an SGLang engine started with ``--is-embedding``."""
 
+    family: ClassVar[Family] = "embedding"
+    loadtime_options = options_for("embedding")
     served_task: ClassVar[Task] = "encode"
+    added_flags = ("--is-embedding",)
 
     @classmethod
-    def engine_args(cls, loadtime: Mapping[str, Any]) -> tuple[str, ...]:
+    def engine_args(
+        cls, loadtime: Mapping[str, Any], runtime: Mapping[str, Any] | None = None
+    ) -> tuple[str, ...]:
         return ("--is-embedding",)

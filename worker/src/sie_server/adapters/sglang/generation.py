@@ -1,4 +1,7 @@
-"""``sie_server.adapters.sglang.generation:SGLangGenerationAdapter``: text generation."""
+"""``sie_server.adapters.sglang.generation:SGLangGenerationAdapter``: text generation.
+
+SIE's generation adapter (SIE's ``sglang`` bundle; here the ``sglang`` bundle, and any
+SGLang bundle of this image)."""
 
 from __future__ import annotations
 

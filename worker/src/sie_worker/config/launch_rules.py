@@ -1,0 +1,69 @@
+"""Read-time rules for what a profile adds to the engine's command line and environment.
+
+The same rules wherever the config writes them (profile level, or SIE's place under
+``adapter_options.loadtime``): ``extra_launch_args`` sets no reserved SGLang flag (resolved
+as SGLang's argparse would, abbreviations and ``--flag=value`` included) and holds no string
+Linux would refuse at exec; ``extra_env`` sets no device-visibility variable (any letter
+case, surrounding spaces) and no ``NAME=value`` Linux would refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sie_worker.config.jsonpath import json_path
+from sie_worker.config.model import JsonPath
+from sie_worker.config.reserved_flags import reserved_flag_problems
+from sie_worker.errors import Problem
+
+__all__ = ["MAX_ARG_BYTES", "VISIBILITY_VARIABLES", "args_problems", "env_problems"]
+
+MAX_ARG_BYTES = 128 * 1024  # Linux's MAX_ARG_STRLEN: one argv or environ string, with NUL
+VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def args_problems(args: Any, path: JsonPath) -> list[Problem]:
+    """Problems of one ``extra_launch_args`` list written at ``path`` (shape errors are the
+    schema's)."""
+    if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+        return []
+    problems = [
+        Problem(json_path([*path, index]), message)
+        for index, message in reserved_flag_problems(args)
+    ]
+    for index, arg in enumerate(args):
+        size = len(arg.encode("utf-8", "surrogatepass")) + 1  # with its NUL
+        if size > MAX_ARG_BYTES:
+            problems.append(Problem(json_path([*path, index]), _too_long("argument", size)))
+    return problems
+
+
+def env_problems(env: Any, path: JsonPath) -> list[Problem]:
+    """Problems of one ``extra_env`` mapping written at ``path``."""
+    if not isinstance(env, Mapping):
+        return []
+    problems: list[Problem] = []
+    for key, value in env.items():
+        where = json_path([*path, key])
+        if isinstance(value, str):
+            size = len(f"{key}={value}".encode("utf-8", "surrogatepass")) + 1
+            if size > MAX_ARG_BYTES:
+                problems.append(Problem(where, _too_long("variable (NAME=value)", size)))
+        variable = str(key).strip().upper()
+        if variable in VISIBILITY_VARIABLES:
+            message = (
+                f"{key!r} sets the device-visibility variable {variable}: the launcher "
+                "writes the device mask itself, after the profile's environment, from the "
+                "model's GPU block; remove it (tensor_parallel_size sets how many GPUs)"
+            )
+            problems.append(Problem(where, message))
+    return problems
+
+
+def _too_long(what: str, size: int) -> str:
+    return (
+        f"is {size} bytes as an exec {what}; Linux refuses any single one over "
+        f"{MAX_ARG_BYTES} bytes (MAX_ARG_STRLEN) when it starts the engine: shorten it, "
+        "or pass the value through a file"
+    )
