@@ -6,8 +6,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from sie_worker.model_states import MODEL_STATES
 
-__all__ = ["WorkerMetrics"]
+__all__ = ["LOAD_PHASES", "WorkerMetrics"]
 
+LOAD_PHASES = ("downloading", "starting")
 _LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
 
 
@@ -23,6 +24,39 @@ class WorkerMetrics:
         self.models = Gauge("sie_models", "Served models by state.", ["state"], registry=r)
         for state in MODEL_STATES:
             self.models.labels(state=state).set(0)
+        self.loading = Gauge(
+            "sie_models_loading",
+            "Loading models by phase: downloading (weights) or starting (engine).",
+            ["phase"],
+            registry=r,
+        )
+        for phase in LOAD_PHASES:
+            self.loading.labels(phase=phase).set(0)
+        self.download_bytes = Gauge(
+            "sie_model_download_bytes",
+            "Bytes of the model's weights in the cache, while they download.",
+            ["model"],
+            registry=r,
+        )
+        self.download_size = Gauge(
+            "sie_model_download_size_bytes",
+            "Bytes of the model's weights, while they download (once known).",
+            ["model"],
+            registry=r,
+        )
+        self.downloads = Counter(
+            "sie_model_downloads",
+            "Weight fetches by outcome: downloaded, cached (complete in the cache, no "
+            "network), failed, cancelled.",
+            ["outcome"],
+            registry=r,
+        )
+        self.download_duration = Histogram(
+            "sie_model_download_duration_seconds",
+            "Time to fetch a model's weights (cached ones included).",
+            buckets=_LOAD_BUCKETS,
+            registry=r,
+        )
         self.loads = Counter("sie_model_loads", "Model loads by outcome.", ["outcome"], registry=r)
         self.evictions = Counter(
             "sie_model_evictions",
@@ -33,7 +67,7 @@ class WorkerMetrics:
         )
         self.load_duration = Histogram(
             "sie_model_load_duration_seconds",
-            "Time from a load starting to the engine being ready.",
+            "Time from a load starting to the engine being ready (weight download included).",
             buckets=_LOAD_BUCKETS,
             registry=r,
         )
