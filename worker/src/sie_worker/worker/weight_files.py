@@ -177,7 +177,9 @@ def weight_files(
     folder = plan.index.rpartition("/")[0]
     prefix = f"{folder}/" if folder else ""
     present = set(repo_files)
-    named = sorted({prefix + s for s in shards} & present)
+    named = sorted(
+        f for f in {prefix + s for s in shards} & present if _matches(f, plan.format.pattern)
+    )
     if not named:
         raise NoWeights(f"its {plan.index} names no shard that the repo holds")
     extra = [

@@ -474,10 +474,16 @@ def _check_space(
 def _offline_message(key: SnapshotKey, hub: HubSettings) -> str:
     repo_dir = _repo_dir(key, hub)
     commit = _commit_of(key, repo_dir)
-    if commit is not None and (repo_dir / "snapshots" / commit).is_dir():
+    snapshots = repo_dir / "snapshots"
+    if commit is not None and (snapshots / commit).is_dir():
         state = (
             f"its snapshot {commit} in {hub.cache_dir} is incomplete (a download stopped "
             "halfway, or it was not fetched by sie-worker or hf download)"
+        )
+    elif commit is None and snapshots.is_dir() and any(snapshots.iterdir()):
+        state = (
+            f"the model cache {hub.cache_dir} holds only an incomplete snapshot of it (a "
+            f"download stopped halfway; {key.revision!r} is recorded once one completes)"
         )
     else:
         state = f"it is not in the model cache {hub.cache_dir}"
