@@ -378,16 +378,18 @@ def _download(
     plan = plan_files(sizes)
     repo_dir = _repo_dir(key, hub)
     snapshot_dir = repo_dir / "snapshots" / commit
-    support = {f: sizes[f] for f in plan.support}
-    progress.expect(support, _present(snapshot_dir, support))
-    _fetch_files(key, hub, commit, support, snapshot_dir, progress, cancel)
+    if plan.index is not None:  # the shards to fetch are the ones the index names
+        index = {plan.index: sizes[plan.index]}
+        progress.expect(index, _present(snapshot_dir, index))
+        _fetch_files(key, hub, commit, index, snapshot_dir, progress, cancel)
     shards = _read_index(snapshot_dir, plan) if plan.index else frozenset[str]()
+    support = {f: sizes[f] for f in plan.support}
     weights = {f: sizes[f] for f in weight_files(plan, sizes, shards)}
-    present = _present(snapshot_dir, weights)
-    progress.expect(weights, present)
-    _check_space(key, hub, weights, present)
-    _fetch_files(key, hub, commit, weights, snapshot_dir, progress, cancel)
     files = {**support, **weights}
+    present = _present(snapshot_dir, files)
+    progress.expect(files, present)
+    _check_space(key, hub, files, present)
+    _fetch_files(key, hub, commit, files, snapshot_dir, progress, cancel)
     missing = missing_files(files, _present(snapshot_dir, files))
     if missing:
         raise DownloadFailed(
