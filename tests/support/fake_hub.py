@@ -112,9 +112,11 @@ class FakeHub:
         with self._lock:
             repo = self._repos.setdefault(repo_id, _Repo(repo_id, gated_token))
             sha = hashlib.sha1(f"{repo_id}:{len(repo.commits)}:{revision}".encode()).hexdigest()
-            repo.commits[sha] = _Commit(sha, dict(files))
+            commit = repo.commits[sha] = _Commit(sha, dict(files))
             repo.refs[revision] = sha
-            return sha
+        for path in files:  # hashed now, so serving never waits for it
+            self._etag(repo_id, commit, path)
+        return sha
 
     def drop(self, repo_id: str, path: str, after_bytes: int, times: int = 1) -> None:
         """The next ``times`` bodies of ``path`` end after ``after_bytes`` bytes: the
@@ -441,3 +443,30 @@ def _pseudo_random(n: int, seed: int) -> bytes:
 def fetched_files(hub: FakeHub, repo_id: str) -> list[str]:
     """Paths of the files of ``repo_id`` whose bodies were asked for, in order, repeats kept."""
     return [r.path.split("/resolve/", 1)[1].split("/", 1)[1] for r in hub.gets(repo_id)]
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """Serve a model folder as a one-repo hub until killed (benchmarks, trying things out)."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="serve FOLDER as REPO on a fake hub")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("repo")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    hub = FakeHub()
+    hub.port = args.port
+    files = {
+        str(p.relative_to(args.folder)): p for p in sorted(args.folder.rglob("*")) if p.is_file()
+    }
+    hub.add_repo(args.repo, files)
+    hub.start()
+    print(hub.url, flush=True)  # the caller reads the endpoint from the first line
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    hub.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -77,6 +77,11 @@ __all__ = [
 _log = logging.getLogger("sie_worker.weights")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _FILES_AT_ONCE = 8  # as huggingface_hub's snapshot_download
+# huggingface_hub reads plain-HTTP bodies in 10 MiB chunks (constants.DOWNLOAD_CHUNK_SIZE,
+# read at each download): httpx assembles each chunk by copying, and one write() of 10 MiB
+# is slower than ten of 1 MiB where memory bandwidth is scarce. 1 MiB fetched 1.7x faster
+# in tests/bench/bench_fetch.py (docs/benchmarks.md); xet downloads are not affected.
+_HTTP_CHUNK_BYTES = 1 << 20
 _INFO_TIMEOUT_S = 30.0
 
 
@@ -412,8 +417,9 @@ def _fetch_files(
 ) -> None:
     """Download the files not yet in the snapshot, a few at a time. Returns once every
     thread has ended; raises the first failure (the others stop at their next chunk)."""
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
 
+    constants.DOWNLOAD_CHUNK_SIZE = _HTTP_CHUNK_BYTES
     present = _present(snapshot_dir, files)
     todo = [f for f in files if f not in present]
     failed = threading.Event()
