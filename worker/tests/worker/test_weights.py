@@ -88,7 +88,7 @@ def test_a_pinned_commit_is_found_in_the_cache_without_a_ref(hub: FakeHub, tmp_p
 
 
 def test_a_dropped_connection_resumes_from_where_it_stopped(hub: FakeHub, tmp_path: Path) -> None:
-    files = synthetic_model_files(weights_bytes=24 << 20)  # huggingface_hub keeps 10 MiB chunks
+    files = synthetic_model_files(weights_bytes=24 << 20)
     hub.add_repo(REPO, files)
     hub.drop(REPO, "model.safetensors", after_bytes=15 << 20)
     snapshot = fetch_snapshot(SnapshotKey(REPO), settings(hub, tmp_path))
@@ -96,7 +96,8 @@ def test_a_dropped_connection_resumes_from_where_it_stopped(hub: FakeHub, tmp_pa
     assert hashlib.sha256(got).digest() == hashlib.sha256(files["model.safetensors"]).digest()  # type: ignore[arg-type]
     ranges = [r.range for r in hub.gets(REPO) if r.path.endswith("model.safetensors")]
     assert ranges[0] is None
-    assert ranges[1] == f"bytes={10 << 20}-"  # the first 10 MiB were kept
+    resumed = int(ranges[1].removeprefix("bytes=").rstrip("-"))
+    assert (14 << 20) < resumed <= (15 << 20)  # what had arrived was kept, up to a chunk
 
 
 def test_an_interrupted_download_is_never_trusted_and_resumes_from_the_files_it_has(
@@ -197,7 +198,6 @@ def test_a_cancelled_download_stops_its_threads_and_leaves_nothing_trusted(
 ) -> None:
     hub.add_repo(REPO, synthetic_model_files(weights_bytes=40 << 20))
     hub.bytes_per_s = 4 << 20  # ten seconds for the weights
-    threads_before = threading.active_count()
 
     async def scenario() -> None:
         downloads = SnapshotDownloads(settings(hub, tmp_path))
@@ -214,7 +214,10 @@ def test_a_cancelled_download_stops_its_threads_and_leaves_nothing_trusted(
     asyncio.run(scenario())
     assert cached_snapshot(SnapshotKey(REPO), settings(hub, tmp_path)) is None
     assert not list((tmp_path / "hub").rglob("*.incomplete"))
-    assert threading.active_count() <= threads_before + 1  # the hub's own server thread
+    ours = [
+        t.name for t in threading.enumerate() if t.name.startswith(("sie-download", "sie-fetch"))
+    ]
+    assert ours == []
 
 
 def test_loads_of_one_snapshot_share_one_download(hub: FakeHub, tmp_path: Path) -> None:

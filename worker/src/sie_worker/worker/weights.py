@@ -653,4 +653,5 @@ class SnapshotDownloads:
             download.cancel.set()
         if active:
             await asyncio.wait([d.future for d in active])
-        self._executor.shutdown(wait=False)
+        # Idle now: its threads end at once, and are gone when this returns.
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
