@@ -21,7 +21,6 @@ Invariants kept here (and checked by the API tests):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -334,25 +333,9 @@ class ModelManager:
             record.state, record.error, record.phase = "loading", None, "downloading"
             record.download = handle.progress
             self._refresh_gauges()
-        self.metrics.download_bytes.labels(model=record.id).set_function(
-            lambda: handle.progress.done
-        )
-        self.metrics.download_size.labels(model=record.id).set_function(
-            lambda: handle.progress.total or 0
-        )
-        started, outcome = time.monotonic(), "failed"
-        try:
+        with self.metrics.downloading(record.id, handle.progress) as track:
             snapshot = await handle.result()
-            outcome = "cached" if snapshot.cached else "downloaded"
-        except (asyncio.CancelledError, DownloadCancelled):
-            outcome = "cancelled"
-            raise
-        finally:
-            self.metrics.downloads.labels(outcome=outcome).inc()
-            self.metrics.download_duration.observe(time.monotonic() - started)
-            for gauge in (self.metrics.download_bytes, self.metrics.download_size):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(record.id)
+            track.outcome = "cached" if snapshot.cached else "downloaded"
         if not snapshot.cached:
             _log.info("%s: weights of %s downloaded to %s", record.id, key, snapshot.path)
         # Now that config.json is in the cache, the head-count rule can be checked.
