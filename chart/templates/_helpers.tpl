@@ -591,9 +591,16 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- $routerEphemeral := dig "limits" "ephemeral-storage" "" ($common.router.resources | default dict) -}}
 {{- if and $workerEphemeral $routerEphemeral -}}
 {{- $podLimit := addf (mulf (include "sie-workers.quantityValue" $workerEphemeral | float64) $slots) (include "sie-workers.quantityValue" $routerEphemeral | float64) -}}
-{{- $volumes := addf (include "sie-workers.quantityValue" $common.modelCache.sizeLimit | float64) (include "sie-workers.quantityValue" $common.tmp.sizeLimit | float64) -}}
+{{- /* A model cache on a claim or a node folder is not ephemeral storage (_helpers-weights.tpl). */ -}}
+{{- $volumes := include "sie-workers.emptyDirBytes" (dict "root" $ "pool" $pool) | float64 -}}
 {{- if lt $podLimit $volumes -}}
-{{- $errors = append $errors (printf "%s: the pod's ephemeral-storage limits (%d x %s per worker + %s router = %.0fGi) are smaller than workers.common.modelCache.sizeLimit %s + workers.common.tmp.sizeLimit %s, so the kubelet would evict it when the cache fills; raise resources.limits.ephemeral-storage or lower the cache size" $key $slots $workerEphemeral $routerEphemeral (divf $podLimit 1073741824.0) (include "sie-workers.quantityString" $common.modelCache.sizeLimit) (include "sie-workers.quantityString" $common.tmp.sizeLimit)) -}}
+{{- $cache := include "sie-workers.modelCache" (dict "root" $ "pool" $pool) | fromJson -}}
+{{- $tmp := printf "workers.common.tmp.sizeLimit %s" (include "sie-workers.quantityString" $common.tmp.sizeLimit) -}}
+{{- $what := $tmp -}}
+{{- if eq $cache.type "emptyDir" -}}
+{{- $what = printf "%s %s + %s" (include "sie-workers.modelCacheKey" (dict "poolName" $poolName "pool" $pool "key" "sizeLimit")) (include "sie-workers.quantityString" $cache.sizeLimit) $tmp -}}
+{{- end -}}
+{{- $errors = append $errors (printf "%s: the pod's ephemeral-storage limits (%d x %s per worker + %s router = %.0fGi) are smaller than %s, so the kubelet would evict it when the cache fills; raise resources.limits.ephemeral-storage, lower the cache size, or keep the cache off ephemeral storage (modelCache.type persistentVolumeClaim or hostPath)" $key $slots $workerEphemeral $routerEphemeral (divf $podLimit 1073741824.0) $what) -}}
 {{- end -}}
 {{- end -}}
 {{- range $i, $id := ($pool.pinnedModels | default list) -}}
@@ -639,6 +646,8 @@ Usage: {{ include "sie-workers.validateValues" . }}
 
 {{- /* Gateway: its cross-field rules live beside its helpers (_helpers-gateway.tpl). */ -}}
 {{- $errors = concat $errors (include "sie-workers.gatewayProblems" . | fromJsonArray) -}}
+{{- /* Model cache, prefetch and Hugging Face token (_helpers-weights.tpl). */ -}}
+{{- $errors = concat $errors (include "sie-workers.weightsProblems" . | fromJsonArray) -}}
 
 {{- if $errors -}}
 {{- fail (printf "\n\nsie-workers: invalid values (%d problem%s):\n- %s\n" (len $errors) (ternary "" "s" (eq (len $errors) 1)) (join "\n- " $errors)) -}}

@@ -186,6 +186,7 @@ def worker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             "SIE_DRAIN_TIMEOUT_S": "5",
             "FAKE_ENGINE_MAX_LIFETIME_S": "1800",  # a safety net against orphans
             "HF_HUB_OFFLINE": "1",
+            "SIE_WEIGHTS_DOWNLOAD": "engine",  # the fake engine needs no weights
             "PYTHONUNBUFFERED": "1",
         }
     )

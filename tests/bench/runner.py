@@ -30,7 +30,7 @@ __all__ = ["BASELINE", "main"]
 
 # The last commit whose proxy.py predates the benchmark's fixes: measured as worker@baseline.
 BASELINE = "ed6b9469340bc9b48cf1a73c87a2a8323f9b2671"
-_NAMES = ("stream", "placement", "load", "footprint", "chart", "router", "gateway")
+_NAMES = ("stream", "placement", "load", "footprint", "chart", "fetch", "router", "gateway")
 
 
 def _commands(quick: bool) -> dict[str, list[str]]:
@@ -44,6 +44,8 @@ def _commands(quick: bool) -> dict[str, list[str]]:
         "footprint": [*python, "tests.bench.bench_footprint"]
         + (["--requests", "300", "--streams", "30"] if quick else []),
         "chart": [*python, "tests.bench.bench_chart"] + (["--runs", "3"] if quick else []),
+        "fetch": [*python, "tests.bench.bench_fetch"]
+        + (["--size-mib", "512", "--rounds", "1"] if quick else []),
     }
     # The gateway's benchmark writes its own section (## Gateway) of docs/benchmarks.md.
     gateway = [*python, "tests.bench.bench_gateway"]

@@ -70,6 +70,7 @@ _BASE_ENV = {
     "SIE_ENGINE_STOP_GRACE_S": "5",
     "SIE_DRAIN_TIMEOUT_S": "10",
     "HF_HUB_OFFLINE": "1",
+    "SIE_WEIGHTS_DOWNLOAD": "engine",  # the fake engine needs no weights
     "PYTHONUNBUFFERED": "1",
 }
 

@@ -50,6 +50,7 @@ async def test_loads_starting_together_get_distinct_engine_and_rendezvous_ports(
             "SIE_BUNDLE": "sglang",
             "SIE_SGLANG_COMMAND": fake_engine_minimal_command,
             "SIE_ENGINE_STOP_GRACE_S": "5",
+            "SIE_WEIGHTS_DOWNLOAD": "engine",  # the fake engine needs no weights
         },
         gpu=False,
     )

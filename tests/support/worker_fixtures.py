@@ -199,6 +199,9 @@ def start_worker(
                 "SIE_ENGINE_STOP_GRACE_S": "5",
                 "SIE_DRAIN_TIMEOUT_S": "10",
                 "HF_HUB_OFFLINE": "1",
+                # The fake engine needs no weights: the worker does not fetch hub ids (the
+                # tests of the download pass SIE_WEIGHTS_DOWNLOAD=worker and a fake hub).
+                "SIE_WEIGHTS_DOWNLOAD": "engine",
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -20,6 +20,7 @@ def test_settings_read_every_variable() -> None:
             "SIE_WORKER_LIVENESS_BUDGET_S": "960",
             "SIE_CONFIG_DIR": "/etc/sie/models",
             "SIE_CONFIG_API": "read-only",
+            "SIE_WEIGHTS_DOWNLOAD": " Engine ",
         },
         gpu=True,
     )
@@ -39,6 +40,7 @@ def test_settings_read_every_variable() -> None:
     assert settings.liveness_budget_s == 960
     assert settings.config_dir == Path("/etc/sie/models")
     assert settings.config_api == "read-only"
+    assert settings.weights_download == "engine"
 
 
 def test_defaults_without_environment() -> None:
@@ -48,6 +50,7 @@ def test_defaults_without_environment() -> None:
     assert settings.model_ready_timeout_s is None
     assert settings.sglang_command is None
     assert settings.config_api == "read-write"
+    assert settings.weights_download == "worker"  # the worker fetches hub weights itself
     assert not settings.has_sglang_bundle
 
 
@@ -60,6 +63,11 @@ def test_defaults_without_environment() -> None:
         ("SIE_CONFIG_API", "maybe", "SIE_CONFIG_API"),
         ("SIE_MAX_BODY_BYTES", "lots", "SIE_MAX_BODY_BYTES"),
         ("SIE_DEVICES", "cuda:0,cpu", "SIE_DEVICES"),
+        (
+            "SIE_WEIGHTS_DOWNLOAD",
+            "sglang",
+            "SIE_WEIGHTS_DOWNLOAD: 'sglang' is not one of worker, engine",
+        ),
     ],
 )
 def test_bad_values_are_refused_naming_the_variable(name: str, value: str, message: str) -> None:

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from sie_worker._version import __version__
-from sie_worker.commands import gateway, plan, route, serve, size, validate
+from sie_worker.commands import fetch, gateway, plan, route, serve, size, validate
 
 __all__ = ["build_parser", "main"]
 
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (serve, validate, plan, size, route, gateway):
+    for module in (serve, validate, plan, size, fetch, route, gateway):
         module.register(sub)
     return parser
 

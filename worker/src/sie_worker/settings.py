@@ -12,10 +12,21 @@ from typing import Literal
 
 from sie_worker.devices import DeviceError, gpu_visible, parse_devices
 
-__all__ = ["ConfigApiMode", "Settings", "SettingsError", "env_int", "env_seconds"]
+__all__ = [
+    "ConfigApiMode",
+    "Settings",
+    "SettingsError",
+    "WeightsDownload",
+    "env_int",
+    "env_seconds",
+]
 
 ConfigApiMode = Literal["read-write", "read-only", "disabled"]
 _CONFIG_API_MODES: tuple[ConfigApiMode, ...] = ("read-write", "read-only", "disabled")
+# Who fetches a hub model's weights: the worker (into HF_HOME, before the engine starts) or
+# the engine itself from hf_id (ModelScope, custom loaders).
+WeightsDownload = Literal["worker", "engine"]
+_WEIGHTS_DOWNLOADS: tuple[WeightsDownload, ...] = ("worker", "engine")
 _BUNDLES_WITHOUT_SGLANG = ("default",)
 
 
@@ -38,6 +49,7 @@ class Settings:
     max_body_bytes: int = 8 * 1024 * 1024
     drain_timeout_s: float = 30.0
     engine_stop_grace_s: float = 10.0
+    weights_download: WeightsDownload = "worker"
     host: str = "0.0.0.0"
     port: int = 8080
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -65,6 +77,11 @@ class Settings:
                 f"SIE_CONFIG_API: {mode!r} is not one of {', '.join(_CONFIG_API_MODES)}"
             )
         config_dir = env.get("SIE_CONFIG_DIR", "").strip()
+        weights = env.get("SIE_WEIGHTS_DOWNLOAD", "worker").strip().lower() or "worker"
+        if weights not in _WEIGHTS_DOWNLOADS:
+            raise SettingsError(
+                f"SIE_WEIGHTS_DOWNLOAD: {weights!r} is not one of {', '.join(_WEIGHTS_DOWNLOADS)}"
+            )
         return cls(
             devices=devices,
             bundle=env.get("SIE_BUNDLE", "default").strip() or "default",
@@ -83,6 +100,7 @@ class Settings:
             max_body_bytes=env_int(env, "SIE_MAX_BODY_BYTES", 8 * 1024 * 1024),
             drain_timeout_s=env_seconds(env, "SIE_DRAIN_TIMEOUT_S") or 30.0,
             engine_stop_grace_s=env_seconds(env, "SIE_ENGINE_STOP_GRACE_S") or 10.0,
+            weights_download=weights,
         )
 
 

@@ -207,3 +207,40 @@ def test_an_sie_adapter_this_image_does_not_run_is_refused_naming_its_bundle(
         "sglang, sglang-cu130); SIE serves it with the default bundle of its own server image "
         "(sie-server)"
     )
+
+
+def test_a_model_complete_in_the_cache_is_planned_from_its_snapshot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from sie_worker.worker.weights import _mark_complete
+
+    commit = "c" * 40
+    repo = tmp_path / "hub" / "models--my-org--my-large-model"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"num_attention_heads": 8, "num_key_value_heads": 8}')
+    (snapshot / "model.safetensors").write_bytes(b"w" * 10)
+    _mark_complete(_key(), repo, commit, {"config.json": None, "model.safetensors": 10})
+
+    argv = plan(capsys, str(SEED), "--devices", FOUR)["argv"]
+
+    assert argv[argv.index("--model-path") + 1] == str(snapshot)
+    assert "--revision" not in argv
+    assert capsys.readouterr().err == ""
+
+
+def test_a_model_missing_from_the_cache_is_planned_with_its_hub_id_and_a_note(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", str(SEED), "--devices", FOUR]) == 0
+    captured = capsys.readouterr()
+    argv = json.loads(captured.out)["argv"]
+    assert argv[argv.index("--model-path") + 1] == "my-org/my-large-model"
+    assert "a load downloads it first" in captured.err
+    assert f"sie-worker fetch {SEED}" in captured.err
+
+
+def _key() -> Any:
+    from sie_worker.worker.weights import SnapshotKey
+
+    return SnapshotKey("my-org/my-large-model")

@@ -334,3 +334,70 @@ def test_chart_readme_worked_example_matches_the_command(
     (tmp_path / "llama-70b.yaml").write_text(config_text)
     assert main(["size", "llama-70b.yaml", "--gpu-type", "h100"]) == 0
     assert capsys.readouterr().out == shown
+
+
+# Seed 004, Example 17: an 8B BF16 model (16.1 GB) and a 70B FP8 one (70.6 GB).
+SEED_004_COLD_STARTS = {
+    "8B": ("8.05B", "16", [(128.8, 188.8), (16.1, 76.1), (5.4, 65.4), (1.6, 61.6)]),
+    "70B": ("70.6B", "8", [(564.8, 624.8), (70.6, 130.6), (23.5, 83.5), (7.1, 67.1)]),
+}
+SOURCES = ["Hub download, 1 Gb/s", "network volume, 1 GB/s", "local NVMe, 3 GB/s",
+           "host page cache, 10 GB/s"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SEED_004_COLD_STARTS))
+def test_size_prints_seed_004_cold_starts_by_weight_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    params, bits, expected = SEED_004_COLD_STARTS[name]
+    config = _model(tmp_path, LLAMA[name][1])
+    argv = [str(config), "--gpu-type", "h100", "--params", params, "--bits", bits]
+
+    assert main(["size", *argv]) == 0
+    table = capsys.readouterr().out.splitlines()
+    header = f"{'source':<26}  {'model':<14}  {'load s':>7}  {'total cold start s':>18}"
+    start = table.index(header)
+    rows = table[start + 1 : start + 5]
+    for row, source, (load, total) in zip(rows, SOURCES, expected, strict=True):
+        assert row == f"{source:<26}  {'test-org/llama':<14}  {load:7.1f}  {total:18.1f}"
+
+    cold = _size_json(capsys, *argv)["cold_start"]
+    assert (cold["startup_s"], cold["warmup_s"], cold["arrival_rate"]) == (20, 40, None)
+    assert [s["source"] for s in cold["sources"]] == SOURCES
+    assert [(round(s["load_s"], 1), round(s["total_s"], 1)) for s in cold["sources"]] == expected
+    assert all(s["backlog_requests"] is None for s in cold["sources"])
+
+
+def test_size_prints_the_backlog_that_piles_up_during_each_cold_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _model(tmp_path, LLAMA["70B"][1])
+    argv = [str(config), "--gpu-type", "h100", "--params", "70.6B", "--bits", "8"]
+    extra = ["--source", "hub=1Gb/s", "--startup-s", "0", "--warmup-s", "5.2"]
+    extra += ["--arrival-rate", "5", "--served-rate", "2"]
+
+    assert main(["size", *argv, *extra]) == 0
+    out = capsys.readouterr().out
+    # 70.6 GB at 1 Gb/s: 564.8 s, + 5.2 s = 570 s; 3 requests/s beyond the ready replica.
+    assert "cold start 570 s:  1710 requests pile up before new capacity arrives" in out
+    [source] = _size_json(capsys, *argv, *extra)["cold_start"]["sources"]
+    assert source["backlog_requests"] == pytest.approx(1710)
+    assert source["bytes_per_second"] == 0.125e9
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--source", "fast", "is not a rate"),
+        ("--arrival-rate", "-1", "a number of at least 0"),
+        ("--startup-s", "inf", "a number of at least 0"),
+    ],
+)
+def test_size_refuses_bad_cold_start_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
+) -> None:
+    config = _model(tmp_path, LLAMA["8B"][1])
+    with pytest.raises(SystemExit) as exit_:
+        main(["size", str(config), "--gpu-type", "h100", flag, value])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err

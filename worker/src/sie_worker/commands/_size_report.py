@@ -14,13 +14,33 @@ from typing import Any
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import Problem
 from sie_worker.sizing.capacity import Gpu, WorkloadChoice
+from sie_worker.sizing.cold_start import (
+    DEFAULT_SOURCES,
+    DEFAULT_STARTUP_S,
+    DEFAULT_WARMUP_S,
+    ColdStart,
+    WeightSource,
+    backlog,
+    backlog_line,
+    cold_starts,
+    table_lines,
+)
 from sie_worker.sizing.model_stats import ModelStats, Weights
 from sie_worker.sizing.plan import Hardware, Plan, PoolSuggestion
 
-__all__ = ["Report", "to_json", "to_table"]
+__all__ = ["ColdStartInputs", "Report", "to_json", "to_table"]
 
 _WIDTH = 80
 _LABEL = 14
+
+
+@dataclass(frozen=True)
+class ColdStartInputs:
+    sources: tuple[WeightSource, ...] = DEFAULT_SOURCES
+    startup_s: float = DEFAULT_STARTUP_S
+    warmup_s: float = DEFAULT_WARMUP_S
+    arrival_rate: float | None = None  # None: no backlog
+    served_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +56,16 @@ class Report:
     workload: WorkloadChoice | None
     plan: Plan
     warnings: list[Problem]
+    cold_start: ColdStartInputs = ColdStartInputs()
+
+    def cold_starts(self) -> list[ColdStart]:
+        cold = self.cold_start
+        return cold_starts(
+            [(self.served.id, self.plan.weights_bytes)],
+            cold.sources,
+            startup_s=cold.startup_s,
+            warmup_s=cold.warmup_s,
+        )
 
 
 def _int(value: float | None) -> int | None:
@@ -115,7 +145,52 @@ def to_json(report: Report) -> dict[str, Any]:
             "kv_budget_tokens": report.served.profile.kv_budget_tokens,
         },
         "warnings": [{"path": w.path, "message": w.message} for w in report.warnings],
+        "cold_start": _cold_json(report),
     }
+
+
+def _cold_json(report: Report) -> dict[str, Any]:
+    cold = report.cold_start
+    return {
+        "startup_s": cold.startup_s,
+        "warmup_s": cold.warmup_s,
+        "weights_bytes": _int(report.plan.weights_bytes),
+        "arrival_rate": cold.arrival_rate,
+        "served_rate": cold.served_rate if cold.arrival_rate is not None else None,
+        "sources": [
+            {
+                "source": row.source.label,
+                "bytes_per_second": row.source.bytes_per_second,
+                "load_s": row.load_s,
+                "total_s": row.total_s,
+                "backlog_requests": None
+                if cold.arrival_rate is None
+                else backlog(cold.arrival_rate, cold.served_rate, row.total_s),
+            }
+            for row in report.cold_starts()
+        ],
+    }
+
+
+def _cold_lines(report: Report) -> list[str]:
+    """The seed's cold-start table and backlog lines, unindented, exactly as it prints them."""
+    cold = report.cold_start
+    rows = report.cold_starts()
+    lines = [
+        f"cold start: {cold.startup_s:g} s start + weights / source rate + {cold.warmup_s:g} s",
+        "warm-up (assumed rates: measure yours)",
+        *table_lines(rows),
+    ]
+    if cold.arrival_rate is not None:
+        lines.append(
+            f"backlog ({cold.arrival_rate:g} requests/s arriving, {cold.served_rate:g}/s served "
+            "by the ready replicas):"
+        )
+        lines += [
+            backlog_line(row.total_s, backlog(cold.arrival_rate, cold.served_rate, row.total_s))
+            for row in rows
+        ]
+    return lines
 
 
 def _gb(n: float) -> str:
@@ -238,6 +313,7 @@ def to_table(report: Report) -> str:
             break_on_hyphens=False,
         )
     lines += _pool_lines(_pool(report.plan.pool))
+    lines += _cold_lines(report)
     for warning in report.warnings:
         lines += textwrap.wrap(
             f"{warning.path}: {warning.message}",

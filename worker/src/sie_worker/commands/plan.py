@@ -4,16 +4,21 @@ Prints ``{"model", "width", "devices", "argv", "env"}`` as JSON, built by the sa
 ``resolve_load_options`` and ``plan_launch`` the worker uses, for an empty worker with
 ``--devices`` (else ``SIE_DEVICES``) and the bundle ``SIE_BUNDLE`` names (its SGLang
 release's flag spellings): the model goes on the first block of its width, with real free
-ports. ``env`` is the delta over the worker's environment. Starts nothing. Warnings (an
-option accepted but not applied here, a bundle that does not serve the adapter) go to
-stderr. Exit 1 with the refusal (one ``FILE: <json-path>: <message>`` line per problem) when
-the load would be refused; exit 2 when the environment itself is unusable.
+ports. ``env`` is the delta over the worker's environment. Starts nothing.
+A model whose weights come from the hub runs from its snapshot folder in the Hugging Face
+cache (``--model-path``) when the snapshot is complete there; otherwise the plan shows the
+hub id and a note on stderr says that a load downloads it first (``sie-worker fetch``).
+Warnings (an option accepted but not applied here, a bundle that does not serve the
+adapter) go to stderr. Exit 1 with the refusal (one ``FILE: <json-path>: <message>``
+line per problem) when the load would be refused; exit 2 when the environment itself is unusable.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,7 @@ from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, se
 from sie_worker.sizing.gpus import GpuError
 from sie_worker.worker import ports
 from sie_worker.worker.launch import plan_launch
+from sie_worker.worker.weights import HubSettings, SnapshotKey, cached_snapshot
 
 __all__ = ["register", "run"]
 
@@ -70,6 +76,18 @@ def run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem)
         return 1
+    if options.model_path is None and settings.weights_download == "worker":
+        key = SnapshotKey.of(config.hf_id, served.revision)
+        snapshot = cached_snapshot(key, HubSettings.from_env(os.environ))
+        if snapshot is not None:
+            options = dataclasses.replace(options, model_path=str(snapshot.path))
+        else:
+            print(
+                f"note: {key} is not complete in the Hugging Face cache; a load downloads it "
+                "first and starts the engine from its snapshot folder (--model-path); "
+                f"`sie-worker fetch {args.file}` fetches it now",
+                file=sys.stderr,
+            )
     devices = settings.devices[: options.width]
     adapter = adapter_of(served, settings)
     sglang = adapter.engine == "sglang"

@@ -21,7 +21,13 @@ A config that breaks a rule stops the start, with one line per problem.
 Environment: SIE_DEVICES, SIE_BUNDLE, SIE_MODEL_READY_TIMEOUT_S,
 SIE_SGLANG_GENERATE_READ_TIMEOUT_S, SIE_API_KEY, SIE_SGLANG_COMMAND, SIE_PINNED_MODELS,
 SIE_WORKER_LIVENESS_BUDGET_S, SIE_CONFIG_DIR, SIE_CONFIG_API (read-write | read-only |
-disabled), SIE_MAX_BODY_BYTES, SIE_DRAIN_TIMEOUT_S, SIE_ENGINE_STOP_GRACE_S.
+disabled), SIE_MAX_BODY_BYTES, SIE_DRAIN_TIMEOUT_S, SIE_ENGINE_STOP_GRACE_S,
+SIE_WEIGHTS_DOWNLOAD (worker | engine).
+
+Weights: a model without a local model_path is fetched from the Hugging Face Hub into the
+cache (HF_HOME, HF_HUB_CACHE) before its engine starts, from HF_ENDPOINT with HF_TOKEN, and
+the engine runs from the local snapshot; a snapshot complete in the cache needs no network
+(HF_HUB_OFFLINE=1 allows nothing else). `sie-worker fetch` prefetches.
 """
 
 

@@ -5,8 +5,11 @@ cache, as for the head check; ``--model-dir`` points elsewhere) and its safetens
 headers or index for the weights. Prints weights, KV cache per token and per sequence,
 total need, the minimum GPUs at the usable fraction, the width to declare (valid for the
 head counts, powers of two preferred), the KV budget and concurrency of one replica,
-replicas per node, a chart pool to start from, and warnings about the declared width and
-kv_budget_tokens. ``--json`` prints the same fields (README: "Sizing"). Units: bytes, and
+replicas per node, a chart pool to start from, warnings about the declared width and
+kv_budget_tokens, and the cold start of a new replica by weight source (container start +
+weights / source rate + warm-up; --source, --startup-s, --warmup-s), with the requests that
+pile up meanwhile at --arrival-rate beyond --served-rate. ``--json`` prints the same fields
+(README: "Sizing"). Units: bytes, and
 GB = 1e9 bytes. Exit 1 on bad input (unreadable config, no config.json and no --params,
 unknown GPU type).
 """
@@ -35,6 +38,13 @@ from sie_worker.sizing.capacity import (
     warnings_for,
     whole_number,
     workload_for,
+)
+from sie_worker.sizing.cold_start import (
+    DEFAULT_SOURCES,
+    DEFAULT_STARTUP_S,
+    DEFAULT_WARMUP_S,
+    WeightSource,
+    parse_source,
 )
 from sie_worker.sizing.gpus import GpuError, known_types
 from sie_worker.sizing.model_stats import (
@@ -99,6 +109,46 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="folder holding config.json (default: model_path, else the Hugging Face cache)",
     )
+    cold = parser.add_argument_group(
+        "cold start", "how long a new replica takes to serve, by where its weights come from"
+    )
+    cold.add_argument(
+        "--source",
+        action="append",
+        type=_source,
+        metavar="LABEL=RATE",
+        help="a weight source and its read rate, e.g. 'NFS share=800MB/s' or 'hub=1Gb/s' (bits); "
+        "repeat for several (default: the seed's hub 1 Gb/s, network volume 1 GB/s, local "
+        "NVMe 3 GB/s, host page cache 10 GB/s)",
+    )
+    cold.add_argument(
+        "--startup-s",
+        type=_seconds,
+        default=DEFAULT_STARTUP_S,
+        metavar="S",
+        help="container and process start, seconds (default: 20)",
+    )
+    cold.add_argument(
+        "--warmup-s",
+        type=_seconds,
+        default=DEFAULT_WARMUP_S,
+        metavar="S",
+        help="engine warm-up (CUDA graphs, compilation), seconds (default: 40)",
+    )
+    cold.add_argument(
+        "--arrival-rate",
+        type=_seconds,
+        metavar="R",
+        help="requests per second arriving once traffic steps up: prints the backlog that "
+        "piles up during each cold start",
+    )
+    cold.add_argument(
+        "--served-rate",
+        type=_seconds,
+        default=0.0,
+        metavar="R",
+        help="requests per second the replicas already ready serve (default: 0, scaling from zero)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=run)
 
@@ -133,9 +183,16 @@ def _report(args: argparse.Namespace) -> _size_report.Report:
             f"(e.g. 80GB), or set {GPU_TYPE_ENV}"
         )
     hardware = Hardware(gpu.memory_bytes, args.usable, args.gpus_per_node)
+    cold = _size_report.ColdStartInputs(
+        tuple(args.source or DEFAULT_SOURCES),
+        args.startup_s,
+        args.warmup_s,
+        args.arrival_rate,
+        args.served_rate,
+    )
     path = _config_json(served, args.model_dir)
     if path is None:
-        return _weights_only(served, args, gpu, hardware)
+        return _weights_only(served, args, gpu, hardware, cold)
     stats = read_model_stats(path)
     weights = resolve_weights(
         stats,
@@ -160,11 +217,16 @@ def _report(args: argparse.Namespace) -> _size_report.Report:
         warnings=warnings_for(
             served, stats, weights, hardware, context=choice.workload.context_tokens
         ),
+        cold_start=cold,
     )
 
 
 def _weights_only(
-    served: ServedModel, args: argparse.Namespace, gpu: Gpu, hardware: Hardware
+    served: ServedModel,
+    args: argparse.Namespace,
+    gpu: Gpu,
+    hardware: Hardware,
+    cold: _size_report.ColdStartInputs,
 ) -> _size_report.Report:
     if args.params is None:
         raise _SizeError(
@@ -188,6 +250,7 @@ def _weights_only(
         workload=None,
         plan=plan_weights_only(weights.bytes, hardware),
         warnings=[],
+        cold_start=cold,
     )
 
 
@@ -217,4 +280,21 @@ def _bits(text: str) -> float:
         value = 0.0
     if not 0 < value <= 32:
         raise argparse.ArgumentTypeError(f"{text!r}: bits per weight above 0, at most 32, e.g. 16")
+    return value
+
+
+def _source(text: str) -> WeightSource:
+    try:
+        return parse_source(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of at least 0, e.g. 20")
     return value

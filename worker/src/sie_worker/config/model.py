@@ -101,6 +101,13 @@ class ServedModel:
         return MappingProxyType({**task, **(self.profile.chat_template_kwargs or {})})
 
     @property
+    def revision(self) -> str | None:
+        """The revision of ``hf_id`` this served model runs: the profile's
+        ``loadtime.revision`` (SIE's per-profile override), else the config's."""
+        own = self.profile.loadtime.get("revision")
+        return own if isinstance(own, str) and own else self.config.revision
+
+    @property
     def max_output_tokens(self) -> int | None:
         """The profile's output cap, else the task's."""
         if self.profile.max_output_tokens is not None:

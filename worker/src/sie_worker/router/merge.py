@@ -15,7 +15,17 @@ from sie_worker.model_states import progress
 
 __all__ = ["merge_devices", "merge_models"]
 
-_PER_SLOT_FIELDS = ("state", "devices", "pinned", "error", "last_used", "inflight")
+_PER_SLOT_FIELDS = (
+    "state",
+    "devices",
+    "pinned",
+    "error",
+    "last_used",
+    "inflight",
+    "phase",
+    "bytes_done",
+    "bytes_total",
+)
 
 
 def merge_models(answers: Mapping[int, Any]) -> list[dict[str, Any]]:

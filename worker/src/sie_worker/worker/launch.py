@@ -150,7 +150,7 @@ def engine_argv(
     adapter = resolve_adapter(options.adapter)
     argv = list(settings.sglang_command or (sys.executable, "-m", "sglang.launch_server"))
     argv += ["--model-path", options.model_path or config.hf_id]
-    revision = loadtime.get("revision", config.revision)
+    revision = served.revision
     if revision and not options.model_path:
         argv += ["--revision", str(revision)]
     argv += ["--served-model-name", served.id, "--tp-size", str(options.width)]
@@ -200,7 +200,7 @@ def _transformers_argv(served: ServedModel, options: LoadOptions, *, port: int) 
     if precision:
         argv += ["--dtype", str(precision)]
     argv += resolve_adapter(options.adapter).engine_args(loadtime, profile.runtime)
-    revision = loadtime.get("revision", config.revision)
+    revision = served.revision
     if revision and not options.model_path:
         argv += ["--revision", str(revision)]
     if options.context_length is not None:

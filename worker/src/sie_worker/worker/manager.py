@@ -10,13 +10,18 @@ Invariants kept here (and checked by the API tests):
   (bounded by ``drain_timeout_s``) and exits before the next engine starts on its devices.
 - A failed load, a crash or an unload releases the model's devices at once
   (:meth:`ModelManager._release`, the one release sequence).
+- A hub model's weights are fetched (:mod:`sie_worker.worker.weights`) before any device is
+  claimed: a long download never holds GPUs that other models could serve on, and never
+  evicts a model that serves until then. A dry run of the placement comes first, so a load
+  that could not be placed fails at once instead of after the download. An unload, a
+  removed config or a shutdown stops a download in progress.
 - Pinned models are never evicted; the keeper reloads them (with backoff) when they fail.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -25,16 +30,23 @@ from typing import Any
 import anyio
 import httpx
 
-from sie_worker.config.loadtime import resolve_load_options
-from sie_worker.config.model import ModelConfig, served_models
-from sie_worker.errors import InvalidConfig, ModelLoading, PlacementFailed, SieError, UnknownModel
+from sie_worker.config.loadtime import LoadOptions, resolve_load_options
+from sie_worker.config.model import ModelConfig, ServedModel, served_models
+from sie_worker.errors import (
+    InvalidConfig,
+    LoadFailed,
+    ModelLoading,
+    PlacementFailed,
+    SieError,
+    UnknownModel,
+)
 from sie_worker.model_states import MODEL_STATES
 from sie_worker.settings import Settings
-from sie_worker.worker.allocator import Claim, NoPlacement, place
+from sie_worker.worker.allocator import Claim, NoPlacement, Placement, place
 from sie_worker.worker.engine_process import start_group_guard
 from sie_worker.worker.engine_start import PortBook, start_engine
 from sie_worker.worker.engine_stops import EngineStops, consume_exception
-from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.metrics import LOAD_PHASES, WorkerMetrics
 from sie_worker.worker.pin_keeper import PinKeeper
 from sie_worker.worker.records import (
     Lease,
@@ -44,6 +56,7 @@ from sie_worker.worker.records import (
     model_entry,
     open_lease,
 )
+from sie_worker.worker.weights import DownloadCancelled, HubSettings, SnapshotDownloads, SnapshotKey
 
 __all__ = ["ModelManager"]
 
@@ -80,6 +93,7 @@ class ModelManager:
         self._ports = PortBook(self._running_ports)
         self._placement_backoff: dict[int, float] = {}
         self._keeper = PinKeeper(self.records.values, self._ensure_loading)
+        self._downloads = SnapshotDownloads(HubSettings.from_env(base_env))
         for config in configs.values():
             self._add_config(config)
         for model_id in settings.pinned_models:
@@ -99,6 +113,7 @@ class ModelManager:
         for task in loads:
             task.cancel()
         await asyncio.gather(*loads, return_exceptions=True)
+        await self._downloads.aclose()
         async with self._lock:
             stops = [
                 self._release(r, "shutdown", drain=True)
@@ -151,10 +166,10 @@ class ModelManager:
                 return open_lease(record, running, self.metrics, started=started)
             task = self._ensure_loading(record)
             if wait_s is None:
-                await asyncio.shield(task)
+                await _join_load(record.id, task)
                 continue
             try:
-                await asyncio.wait_for(asyncio.shield(task), timeout=wait_s)
+                await asyncio.wait_for(_join_load(record.id, task), timeout=wait_s)
             except TimeoutError:
                 raise ModelLoading(
                     f"{record.id} is loading; retry later or send no 'Prefer: wait' header",
@@ -167,16 +182,14 @@ class ModelManager:
     async def load(self, model_id: str) -> dict[str, Any]:
         record = self.record(model_id)
         while record.state != "ready" or record.running is None:
-            await asyncio.shield(self._ensure_loading(record))
+            await _join_load(record.id, self._ensure_loading(record))
         return self.model_entry(record)
 
     async def unload(self, model_id: str) -> dict[str, Any]:
         """Stop the model (after its load finishes, if loading) and clear its pin."""
         record = self.record(model_id)
         record.pinned = False
-        if record.load_task is not None:
-            with contextlib.suppress(SieError):
-                await asyncio.shield(record.load_task)
+        await self._stop_loading(record)
         async with self._lock:
             stop = self._release(record, "requested", drain=True) if record.running else None
             record.state, record.error = "unloaded", None
@@ -231,9 +244,7 @@ class ModelManager:
         served = {r.id: r.served for r in records}
         for record in records:
             record.pinned = False
-            if record.load_task is not None:
-                with contextlib.suppress(SieError):
-                    await asyncio.shield(record.load_task)
+            await self._stop_loading(record)
         async with self._lock:
             # A PUT that wrote this config again while we waited has the last word: the
             # file is its, so keep its models (they then follow the live-change rule).
@@ -258,21 +269,23 @@ class ModelManager:
     async def _load(self, record: ModelRecord) -> None:
         started = time.monotonic()
         outcome = "failed"
+        # The config this load uses throughout; a config written meanwhile stays pending.
+        served, record.config_pending = record.served, False
         try:
             # Reads the model's config.json for the head-count rule: off the event loop.
-            options = await anyio.to_thread.run_sync(
-                resolve_load_options, record.served, self.settings
-            )
+            options = await anyio.to_thread.run_sync(resolve_load_options, served, self.settings)
+            if options.model_path is None and self.settings.weights_download == "worker":
+                options = await self._fetch_weights(record, served, options)
             async with self._lock:
                 block = self._claim(record, options.width)
-                record.state, record.error, record.config_pending = "loading", None, False
+                record.state, record.error, record.phase = "loading", None, "starting"
                 waits = self._stops.pending_on(block)
                 self._refresh_gauges()
             if waits:
                 await asyncio.gather(*waits, return_exceptions=True)
             with self._ports.booking() as booking:
                 running = await start_engine(
-                    record.served,
+                    served,
                     options,
                     tuple(self.devices[i] for i in block),
                     booking=booking,
@@ -282,7 +295,7 @@ class ModelManager:
                 )
                 async with self._lock:  # registered before its ports' bookings end
                     record.running = running
-                    record.state = "ready"
+                    record.state, record.phase, record.download = "ready", None, None
                     record.last_used = time.monotonic()
                     record.pinned_backoff_s = 1.0
                     self._refresh_gauges()
@@ -293,7 +306,7 @@ class ModelManager:
         except BaseException as exc:
             outcome = _outcome(exc)
             async with self._lock:
-                record.block = ()
+                record.block, record.phase, record.download = (), None, None
                 if isinstance(exc, asyncio.CancelledError):
                     record.state, record.error = "unloaded", None
                 else:
@@ -307,8 +320,40 @@ class ModelManager:
             record.load_task = None
             self.metrics.loads.labels(outcome=outcome).inc()
 
-    def _claim(self, record: ModelRecord, width: int) -> tuple[int, ...]:
-        """Place the model (evicting as the allocator says) and claim its block. Under lock."""
+    async def _fetch_weights(
+        self, record: ModelRecord, served: ServedModel, options: LoadOptions
+    ) -> LoadOptions:
+        """The download step: the model's snapshot, from the cache or the hub, before any
+        device is claimed; the options then point the engine at the local snapshot."""
+        config = served.config
+        key = SnapshotKey.of(config.hf_id, served.revision)
+        async with self._lock:
+            self._placement(record, options.width)  # refuse now what could not be placed
+            handle = self._downloads.join(key)
+            record.state, record.error, record.phase = "loading", None, "downloading"
+            record.download = handle.progress
+            self._refresh_gauges()
+        with self.metrics.downloading(record.id, handle.progress) as track:
+            snapshot = await handle.result()
+            track.outcome = "cached" if snapshot.cached else "downloaded"
+        if not snapshot.cached:
+            _log.info("%s: weights of %s downloaded to %s", record.id, key, snapshot.path)
+        # Now that config.json is in the cache, the head-count rule can be checked.
+        options = await anyio.to_thread.run_sync(resolve_load_options, served, self.settings)
+        return dataclasses.replace(options, model_path=str(snapshot.path))
+
+    async def _stop_loading(self, record: ModelRecord) -> None:
+        """Let the model's load end: a download is stopped, an engine start is awaited."""
+        task = record.load_task
+        if task is None:
+            return
+        if record.phase == "downloading":
+            task.cancel()
+        await asyncio.wait([task])
+
+    def _placement(self, record: ModelRecord, width: int) -> Placement:
+        """Where the model would go now (which block, which evictions). Under lock. Raises
+        :class:`PlacementFailed` when no block can be freed."""
         now = time.monotonic()
         if self._placement_backoff.get(width, 0.0) > now:
             raise PlacementFailed(
@@ -334,6 +379,11 @@ class ModelManager:
             self._placement_backoff[width] = now + _PLACEMENT_BACKOFF_S
             self.metrics.placement_failures.inc()
             raise PlacementFailed(f"{record.id}: " + exc.describe(self.devices)) from None
+        return placement
+
+    def _claim(self, record: ModelRecord, width: int) -> tuple[int, ...]:
+        """Place the model (evicting as the allocator says) and claim its block. Under lock."""
+        placement = self._placement(record, width)
         for victim in placement.evict:
             _log.info("%s: evicting %s to make room", record.id, victim)
             self._release(self.records[victim], "make_room", drain=True)
@@ -394,11 +444,32 @@ class ModelManager:
             counts[record.state] += 1
         for state, count in counts.items():
             self.metrics.models.labels(state=state).set(count)
+        phases = dict.fromkeys(LOAD_PHASES, 0)
+        for record in self.records.values():
+            if record.state == "loading" and record.phase is not None:
+                phases[record.phase] += 1
+        for phase, count in phases.items():
+            self.metrics.loading.labels(phase=phase).set(count)
         self.metrics.devices_claimed.set(sum(len(r.block) for r in self.records.values()))
 
 
+async def _join_load(model_id: str, task: asyncio.Task[None]) -> None:
+    """Wait for a load without cancelling it; a load stopped by an unload (rather than this
+    waiter being cancelled) is a :class:`LoadFailed`."""
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if task.cancelled() and (current is None or not current.cancelling()):
+            raise LoadFailed(
+                f"{model_id}: its load was stopped (unloaded or its config changed while its "
+                "weights downloaded); send the request again to load it"
+            ) from None
+        raise
+
+
 def _outcome(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.CancelledError):
+    if isinstance(exc, (asyncio.CancelledError, DownloadCancelled)):
         return "cancelled"
     if isinstance(exc, InvalidConfig):
         return "invalid_config"

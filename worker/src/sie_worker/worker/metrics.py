@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sie_worker.model_states import MODEL_STATES
 
-__all__ = ["WorkerMetrics"]
+__all__ = ["LOAD_PHASES", "DownloadTrack", "WorkerMetrics"]
 
+LOAD_PHASES = ("downloading", "starting")
 _LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
+
+
+class _Progress(Protocol):
+    @property
+    def done(self) -> int: ...
+    @property
+    def total(self) -> int | None: ...
+
+
+@dataclass
+class DownloadTrack:
+    """How one model's weight fetch ended: ``downloaded`` or ``cached`` once set; a fetch
+    that raised counts as ``failed`` (``cancelled`` when it was cancelled)."""
+
+    outcome: str = "failed"
 
 
 class WorkerMetrics:
@@ -23,6 +46,39 @@ class WorkerMetrics:
         self.models = Gauge("sie_models", "Served models by state.", ["state"], registry=r)
         for state in MODEL_STATES:
             self.models.labels(state=state).set(0)
+        self.loading = Gauge(
+            "sie_models_loading",
+            "Loading models by phase: downloading (weights) or starting (engine).",
+            ["phase"],
+            registry=r,
+        )
+        for phase in LOAD_PHASES:
+            self.loading.labels(phase=phase).set(0)
+        self.download_bytes = Gauge(
+            "sie_model_download_bytes",
+            "Bytes of the model's weights in the cache, while they download.",
+            ["model"],
+            registry=r,
+        )
+        self.download_size = Gauge(
+            "sie_model_download_size_bytes",
+            "Bytes of the model's weights, while they download (once known).",
+            ["model"],
+            registry=r,
+        )
+        self.downloads = Counter(
+            "sie_model_downloads",
+            "Weight fetches by outcome: downloaded, cached (complete in the cache, no "
+            "network), failed, cancelled.",
+            ["outcome"],
+            registry=r,
+        )
+        self.download_duration = Histogram(
+            "sie_model_download_duration_seconds",
+            "Time to fetch a model's weights (cached ones included).",
+            buckets=_LOAD_BUCKETS,
+            registry=r,
+        )
         self.loads = Counter("sie_model_loads", "Model loads by outcome.", ["outcome"], registry=r)
         self.evictions = Counter(
             "sie_model_evictions",
@@ -33,7 +89,7 @@ class WorkerMetrics:
         )
         self.load_duration = Histogram(
             "sie_model_load_duration_seconds",
-            "Time from a load starting to the engine being ready.",
+            "Time from a load starting to the engine being ready (weight download included).",
             buckets=_LOAD_BUCKETS,
             registry=r,
         )
@@ -53,6 +109,25 @@ class WorkerMetrics:
     def observe_request(self, model: str, status: str, seconds: float) -> None:
         """One request for ``model`` answered with HTTP ``status`` after ``seconds``."""
         self.request_duration.labels(model=model, code=status).observe(seconds)
+
+    @contextlib.contextmanager
+    def downloading(self, model: str, progress: _Progress) -> Iterator[DownloadTrack]:
+        """Byte gauges for ``model`` while its weights are fetched (read from ``progress``
+        at each scrape, removed afterwards), then the outcome and the duration."""
+        self.download_bytes.labels(model=model).set_function(lambda: progress.done)
+        self.download_size.labels(model=model).set_function(lambda: progress.total or 0)
+        track, started = DownloadTrack(), time.monotonic()
+        try:
+            yield track
+        except BaseException as exc:
+            track.outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "failed"
+            raise
+        finally:
+            self.downloads.labels(outcome=track.outcome).inc()
+            self.download_duration.observe(time.monotonic() - started)
+            for gauge in (self.download_bytes, self.download_size):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(model)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

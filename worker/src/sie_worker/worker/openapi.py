@@ -122,6 +122,21 @@ def spec() -> dict[str, Any]:
                         "last_used": {"type": ["number", "null"]},
                         "inflight": {"type": "integer", "minimum": 0},
                         "config_pending": {"type": "boolean"},
+                        "phase": {
+                            "enum": ["downloading", "starting", None],
+                            "description": "While loading: fetching weights, or starting "
+                            "the engine",
+                        },
+                        "bytes_done": {
+                            "type": ["integer", "null"],
+                            "minimum": 0,
+                            "description": "While loading: bytes of the weights in the cache",
+                        },
+                        "bytes_total": {
+                            "type": ["integer", "null"],
+                            "minimum": 0,
+                            "description": "While loading: bytes of the weights (when known)",
+                        },
                     },
                 },
                 "ModelList": {

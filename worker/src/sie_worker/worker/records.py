@@ -15,15 +15,28 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sie_worker.config.loadtime import LoadOptions, declared_width
 from sie_worker.config.model import ServedModel
 from sie_worker.model_states import ModelState
 from sie_worker.worker.engine_process import EngineProcess
 from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.weights import Progress
 
-__all__ = ["Lease", "ModelRecord", "RunningEngine", "device_entries", "model_entry", "open_lease"]
+__all__ = [
+    "Lease",
+    "LoadPhase",
+    "ModelRecord",
+    "RunningEngine",
+    "device_entries",
+    "model_entry",
+    "open_lease",
+]
+
+# Where a loading model is: fetching its weights (no devices claimed yet), or starting its
+# engine on its claimed block.
+LoadPhase = Literal["downloading", "starting"]
 
 
 @dataclass
@@ -57,6 +70,8 @@ class ModelRecord:
     running: RunningEngine | None = None
     load_task: asyncio.Task[None] | None = None
     config_pending: bool = False
+    phase: LoadPhase | None = None  # while state is "loading"
+    download: Progress | None = None  # the weights being fetched, while loading
     pinned_retry_at: float = 0.0
     pinned_backoff_s: float = 1.0
 
@@ -115,8 +130,11 @@ def open_lease(
 
 
 def model_entry(record: ModelRecord, devices: Sequence[str]) -> dict[str, Any]:
-    """The record as ``/v1/models`` shows it."""
+    """The record as ``/v1/models`` shows it; ``phase`` and the byte counts are set only
+    while the model loads (the bytes only when its weights are fetched)."""
     running = record.running
+    loading = record.state == "loading"
+    download = record.download if loading else None
     return {
         "id": record.id,
         "object": "model",
@@ -129,6 +147,9 @@ def model_entry(record: ModelRecord, devices: Sequence[str]) -> dict[str, Any]:
         "last_used": record.last_used_wall,
         "inflight": running.inflight if running else 0,
         "config_pending": record.config_pending,
+        "phase": record.phase if loading else None,
+        "bytes_done": download.done if download else None,
+        "bytes_total": download.total if download else None,
     }
 
 
