@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 __all__ = ["Adapter", "EngineKind", "Task"]
 
 EngineKind = Literal["sglang", "transformers"]
-Task = Literal["generate", "encode"]
+Task = Literal["generate", "encode", "score"]
 
 
 class Adapter:

@@ -15,7 +15,8 @@ __all__ = ["TransformersAdapter"]
 
 
 class TransformersAdapter(Adapter):
-    """Embeddings or generation with transformers / sentence-transformers on one device."""
+    """Embeddings, cross-encoder scores or generation with transformers /
+    sentence-transformers on one device."""
 
     engine: ClassVar[EngineKind] = "transformers"
     loadtime_options = (
@@ -28,11 +29,10 @@ class TransformersAdapter(Adapter):
 
     @classmethod
     def task(cls, tasks: Mapping[str, Any]) -> Task | None:
-        # One engine serves one task; a config declaring both is refused at load time.
-        if set(tasks) == {"encode"}:
-            return "encode"
-        if set(tasks) == {"generate"}:
-            return "generate"
+        # One engine serves one task; a config declaring several is refused at load time.
+        for task in ("encode", "generate", "score"):
+            if set(tasks) == {task}:
+                return task
         return None
 
     @classmethod

@@ -8,6 +8,10 @@ with one SSE error event instead, at an event boundary.
 Streams are the hot path (``docs/benchmarks.md``): each goes over its own engine connection,
 parsed by :mod:`sie_worker.http.stream_client` while the relay writes, so events that arrived
 meanwhile leave in one write; the worker closes that connection after ``[DONE]``.
+
+A request of SIE's native API passes an ``answer`` (the engine's JSON answer -> the client's
+response) or ``events`` (a translator of each batch of events); without them the engine's
+answer is relayed as it is.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 
 import httpx
 from starlette.background import BackgroundTask
@@ -30,6 +35,7 @@ from sie_worker.errors import (
 )
 from sie_worker.http.errors import sse_error_event
 from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.sie_api.call import Answer, Events, EventTranslator
 from sie_worker.worker.records import Lease
 
 __all__ = ["forward"]
@@ -53,15 +59,18 @@ async def forward(
     *,
     stream: bool,
     request_id: str,
+    answer: Answer | None = None,
+    events: Events | None = None,
 ) -> Response:
     """Send ``body`` to the engine's ``path``; the lease is released when the answer is done.
     Streams go over their own connection (:mod:`sie_worker.http.stream_client`), everything else
-    through ``client``'s pool."""
+    through ``client``'s pool. ``answer`` / ``events`` translate the engine's answer."""
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
     upstream_headers["x-request-id"] = request_id
     reply_headers = {"x-request-id": request_id}
     if stream:
-        return await _forward_stream(lease, path, body, upstream_headers, reply_headers)
+        translate = events(lease.model) if events is not None else None
+        return await _forward_stream(lease, path, body, upstream_headers, reply_headers, translate)
     timeout = httpx.Timeout(
         connect=_CONNECT_TIMEOUT_S,
         read=lease.read_timeout_s,
@@ -78,7 +87,7 @@ async def forward(
                 content = await upstream.aread()
             finally:
                 await upstream.aclose()
-            return _reply(lease, upstream.status_code, content, reply_headers)
+            return _reply(lease, upstream.status_code, content, reply_headers, answer)
     finally:
         lease.release()
 
@@ -89,6 +98,7 @@ async def _forward_stream(
     body: bytes,
     upstream_headers: dict[str, str],
     reply_headers: dict[str, str],
+    translate: EventTranslator | None,
 ) -> Response:
     try:
         with _failure_status(lease), _translate(lease):
@@ -115,15 +125,21 @@ async def _forward_stream(
     lease.status = "200"
     reply_headers.update({"cache-control": "no-cache", "x-accel-buffering": "no"})
     return StreamingResponse(
-        _relay_events(upstream, lease),
+        _relay_events(upstream, lease, translate),
         media_type="text/event-stream",
         headers=reply_headers,
         background=BackgroundTask(_close, upstream, lease),
     )
 
 
-def _reply(lease: Lease, status: int, content: bytes, headers: dict[str, str]) -> Response:
-    response = _json_reply(lease, status, content, headers)
+def _reply(
+    lease: Lease,
+    status: int,
+    content: bytes,
+    headers: dict[str, str],
+    answer: Answer | None = None,
+) -> Response:
+    response = _json_reply(lease, status, content, headers, answer)
     lease.status = str(response.status_code)
     return response
 
@@ -164,15 +180,25 @@ def _translate(lease: Lease) -> Iterator[None]:
         ) from exc
 
 
-def _json_reply(lease: Lease, status: int, content: bytes, headers: dict[str, str]) -> Response:
+def _json_reply(
+    lease: Lease,
+    status: int,
+    content: bytes,
+    headers: dict[str, str],
+    answer: Answer | None,
+) -> Response:
     if status >= 400:
         raise _engine_error(lease, status, content)
     try:
-        json.loads(content)
+        payload: Any = json.loads(content)
     except ValueError as exc:
         raise EngineUnavailable(
             f"{lease.model}: engine answered {status} with a body that is not JSON"
         ) from exc
+    if answer is not None:
+        response = answer(payload, lease.model)
+        response.headers.update(headers)
+        return response
     return Response(content, status_code=status, media_type="application/json", headers=headers)
 
 
@@ -216,10 +242,12 @@ def _ends_with_done(chunk: bytes, previous: bytes) -> bool:
     )
 
 
-async def _relay_events(upstream: StreamResponse, lease: Lease) -> AsyncIterator[bytes]:
-    """Yield whole SSE events as they arrive; end with an error event if the engine fails.
-    Everything that arrived since the last write leaves in one write: a write costs about
-    the same for one event as for a hundred."""
+async def _relay_events(
+    upstream: StreamResponse, lease: Lease, translate: EventTranslator | None = None
+) -> AsyncIterator[bytes]:
+    """Yield whole SSE events as they arrive (through ``translate`` when given); end with an
+    error event if the engine fails. Everything that arrived since the last write leaves in
+    one write: a write costs about the same for one event as for a hundred."""
     pending = b""
     try:
         with _translate(lease):
@@ -237,7 +265,12 @@ async def _relay_events(upstream: StreamResponse, lease: Lease) -> AsyncIterator
                     if problem is not None:
                         yield _malformed(lease, problem)
                         return
-                    yield events
+                    if translate is None:
+                        yield events
+                    else:
+                        translated = translate(events)
+                        if translated:
+                            yield translated
                 if upstream.drained:
                     if upstream.error is not None:
                         raise upstream.error
