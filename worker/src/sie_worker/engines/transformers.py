@@ -14,7 +14,8 @@ It serves ``GET /health`` (503 while loading, 200 once the model is loaded), ``G
 ``doc_template``, ``default_instruction``, ``normalize``, shaping each text as SIE does),
 ``POST /v1/rerank`` (task score, SGLang's shape: ``{query, documents}`` -> ``[{index,
 score}]``, best first), ``POST /v1/completions`` and ``/v1/chat/completions`` (task
-generate; ``stream: true`` sends server-sent events ending with ``data: [DONE]``). Errors are ``{"error": {"message", "type", "code", "param"}}``.
+generate; ``stream: true`` sends server-sent events ending with ``data: [DONE]``).
+Errors are ``{"error": {"message", "type", "code", "param"}}``.
 It never reaches a model hub for a local directory, and honours ``HF_HUB_OFFLINE=1``.
 Importing this module is cheap; torch is imported only when :func:`main` runs.
 """
