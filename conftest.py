@@ -6,6 +6,7 @@ pytest_plugins = [
     "tests.support.engine_fixtures",  # fake SGLang engine command
     "tests.support.model_fixtures",  # tiny models built at test time
     "tests.support.worker_fixtures",  # a real `sie-worker serve` subprocess
+    "tests.support.sie_sdk",  # SIE's client sie-sdk in .venv-sdk
 ]
 
 # No per-example deadline: it is a timed assertion, and CI machines are noisy. Speed is
