@@ -182,6 +182,7 @@ def test_models_carry_sies_list_beside_openais_and_the_detail_in_sies_words(
         ("POST", "/v1/generate/org__gen", {"prompt": "x"}, 400, "INVALID_INPUT"),
         ("GET", "/v1/encode/org/gen", None, 405, "METHOD_NOT_ALLOWED"),
         ("GET", "/v1/nothing-here", None, 404, "NOT_FOUND"),
+        ("POST", "/v1/encode", {"items": [{"text": "x"}]}, 404, "NOT_FOUND"),  # no redirect
     ],
 )
 def test_every_error_carries_sies_code_and_a_json_body_whatever_the_accept(

@@ -94,6 +94,7 @@ def create_router_app(
         exception_handlers=dict(EXCEPTION_HANDLERS),
         lifespan=router.lifespan,
     )
+    app.router.redirect_slashes = False  # why: clients such as sie-sdk follow no redirect
     app.state.table = router.table
     return app
 

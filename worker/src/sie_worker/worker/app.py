@@ -99,6 +99,8 @@ def create_app(
         exception_handlers=dict(EXCEPTION_HANDLERS),
         lifespan=lifespan,
     )
+    # why: never answer with a redirect (sie-sdk follows none; a POST would not survive one)
+    app.router.redirect_slashes = False
     app.state.settings = settings
     app.state.manager = manager
     app.state.store = store
