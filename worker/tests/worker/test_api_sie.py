@@ -237,3 +237,24 @@ def test_a_load_longer_than_the_client_waits_answers_503_model_loading_with_retr
     assert response.headers["x-sie-error-code"] == "MODEL_LOADING"
     assert response.headers["retry-after"] == "5"
     assert "still loading" in response.json()["error"]["message"]
+
+
+def test_openai_routes_resolve_sies_ids_and_refuse_an_unknown_lora_adapter(
+    start_worker: StartWorker,
+) -> None:
+    # sie-sdk's chat_completions sends its model id, profile suffix and lora_adapter as given
+    worker = start_worker([fake_model("org/gen")], devices="cuda:0")
+    messages = [{"role": "user", "content": "a b"}]
+    with worker.client() as client:
+        for model in ("org/gen:default", "ORG/GEN"):
+            response = client.post(
+                "/v1/chat/completions", json={"model": model, "messages": messages, "max_tokens": 2}
+            )
+            assert response.status_code == 200, (model, response.text)
+        refused = client.post(
+            "/v1/chat/completions",
+            json={"model": "org/gen", "messages": messages, "lora_adapter": "legal"},
+        )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "lora_adapter"
+    assert "'legal' is not a LoRA adapter of org/gen" in refused.json()["error"]["message"]

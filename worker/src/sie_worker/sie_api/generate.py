@@ -40,7 +40,7 @@ from sie_worker.sie_api.fields import (
     refuse_unknown,
 )
 
-__all__ = ["GenerateRequest", "StreamChunks", "generate_call", "parse_generate"]
+__all__ = ["GenerateRequest", "StreamChunks", "generate_call", "lora_path", "parse_generate"]
 
 _FIELDS = frozenset(
     {
@@ -137,7 +137,7 @@ def generate_call(
             )
         payload[kind] = json.dumps(value) if kind == "json_schema" else value
     if request.lora_adapter is not None:
-        payload["lora_path"] = _lora(served, request.lora_adapter)
+        payload["lora_path"] = lora_path(served, request.lora_adapter)
     if request.stream:
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
@@ -265,7 +265,9 @@ def _grammar(value: object) -> tuple[str, Any] | None:
     return kind, grammar[kind]
 
 
-def _lora(served: ServedModel, name: str) -> str:
+def lora_path(served: ServedModel, name: str) -> str:
+    """SGLang's ``lora_path`` for sie-sdk's ``lora_adapter``: one of the profile's
+    ``lora_paths`` names, else :class:`InvalidRequest` naming those it has."""
     declared = served.profile.loadtime.get("lora_paths")
     names = sorted(declared) if isinstance(declared, Mapping) else []
     if isinstance(declared, list):

@@ -27,7 +27,7 @@ from sie_worker.settings import Settings
 from sie_worker.sie_api.call import EngineCall
 from sie_worker.sie_api.codec import decode_body, wants_json
 from sie_worker.sie_api.encode import encode_call, parse_encode
-from sie_worker.sie_api.generate import generate_call, parse_generate
+from sie_worker.sie_api.generate import generate_call, lora_path, parse_generate
 from sie_worker.sie_api.ids import resolve_model_id, with_profile
 from sie_worker.sie_api.score import parse_score, score_call
 from sie_worker.worker.manager import ModelManager
@@ -46,12 +46,24 @@ SIE_PATHS = {
 
 
 async def openai_request(request: Request) -> Response:
+    """An OpenAI request. Its ``model`` resolves as SIE's ids do (exactly first), and
+    sie-sdk's ``lora_adapter`` becomes SGLang's ``lora_path`` (SGLang drops unknown fields)."""
     started = time.monotonic()
     body = await request.body()
     payload = read_payload(body)
-    asked = _manager(request).record(payload["model"])
+    manager = _manager(request)
+    named = payload["model"]
+    asked = manager.record(resolve_model_id(named, manager.records) or named)
+    raw: bytes | None = body if asked.id == named else None
+    adapter = payload.get("lora_adapter")
+    if adapter is not None:
+        if not isinstance(adapter, str) or not adapter:
+            raise InvalidRequest("lora_adapter: must be a nonempty string", param="lora_adapter")
+        payload = {k: v for k, v in payload.items() if k != "lora_adapter"}
+        payload["lora_path"] = lora_path(asked.served, adapter)
+        raw = None
     call = EngineCall(request.url.path, payload, stream=payload.get("stream") is True)
-    return await _serve(request, asked, call, started, raw=body)
+    return await _serve(request, asked, call, started, raw=raw, sie=False)
 
 
 async def sie_request(request: Request) -> Response:
@@ -80,7 +92,7 @@ async def sie_request(request: Request) -> Response:
         call = generate_call(
             generate, asked.served, request_id=request.headers[REQUEST_ID_HEADER], started=started
         )
-    return await _serve(request, asked, call, started, raw=None)
+    return await _serve(request, asked, call, started, raw=None, sie=True)
 
 
 def resolve_sie_model(
@@ -96,10 +108,17 @@ def resolve_sie_model(
 
 
 async def _serve(
-    request: Request, asked: ModelRecord, call: EngineCall, started: float, *, raw: bytes | None
+    request: Request,
+    asked: ModelRecord,
+    call: EngineCall,
+    started: float,
+    *,
+    raw: bytes | None,
+    sie: bool,
 ) -> Response:
     """Grammar routing, the task check, a lease, then the engine. ``raw``: the client's
-    body, relayed unchanged when the served model is the one it names."""
+    body, relayed unchanged when the served model is the one it names (None: rewrite it);
+    ``sie``: a request of SIE's native API (its body is the engine's JSON, not the client's)."""
     manager = _manager(request)
     model_id = served_id(asked.served.config, asked.id, call.payload)
     record = manager.record(model_id)
@@ -111,11 +130,10 @@ async def _serve(
         )
     if raw is not None and model_id == asked.id:
         body = raw
-        headers: Any = request.headers
     else:
         body = json.dumps({**call.payload, "model": model_id}).encode()
-        headers = {"content-type": "application/json"}
-    wait_s = load_wait(request.headers, sie_route=raw is None)
+    headers: Any = {"content-type": "application/json"} if sie else request.headers
+    wait_s = load_wait(request.headers, sie_route=sie)
     try:
         lease = await manager.acquire(model_id, started=started, wait_s=wait_s)
     except ModelLoading as exc:
