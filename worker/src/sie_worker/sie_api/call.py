@@ -8,7 +8,10 @@ from typing import Any
 
 from starlette.responses import Response
 
-__all__ = ["Answer", "EngineCall", "EventTranslator", "Events"]
+from sie_worker.config.model import ServedModel
+from sie_worker.errors import InvalidRequest
+
+__all__ = ["Answer", "EngineCall", "EventTranslator", "Events", "check_serves"]
 
 # The client's response for the engine's 200 JSON answer (decoded) from the served model.
 Answer = Callable[[Any, str], Response]
@@ -28,3 +31,12 @@ class EngineCall:
     stream: bool = False
     answer: Answer | None = None
     events: Events | None = None
+
+
+def check_serves(served: ServedModel, task: str, route: str) -> None:
+    """Refuse a route whose task the served model's config does not declare."""
+    tasks = sorted(served.config.tasks)
+    if task not in tasks:
+        raise InvalidRequest(
+            f"{served.id} does not serve {route}: its config declares tasks {tasks}, not {task!r}"
+        )

@@ -20,8 +20,8 @@ from typing import Any
 from starlette.responses import Response
 
 from sie_worker.config.model import ServedModel
-from sie_worker.errors import EngineUnavailable, InvalidRequest
-from sie_worker.sie_api.call import EngineCall
+from sie_worker.errors import EngineUnavailable
+from sie_worker.sie_api.call import EngineCall, check_serves
 from sie_worker.sie_api.codec import render
 from sie_worker.sie_api.fields import (
     bad,
@@ -37,7 +37,6 @@ from sie_worker.sie_api.vectors import OUTPUT_DTYPES, convert, float32_bytes
 
 __all__ = [
     "EncodeRequest",
-    "check_serves",
     "dense_dims",
     "encode_call",
     "engine_texts",
@@ -86,14 +85,6 @@ def parse_encode(body: object) -> EncodeRequest:
         profile=optional_str(options, "profile", "params.options.profile"),
         options=options,
     )
-
-
-def check_serves(served: ServedModel, task: str, route: str) -> None:
-    tasks = sorted(served.config.tasks)
-    if task not in tasks:
-        raise InvalidRequest(
-            f"{served.id} does not serve {route}: its config declares tasks {tasks}, not {task!r}"
-        )
 
 
 def dense_dims(served: ServedModel) -> int | None:

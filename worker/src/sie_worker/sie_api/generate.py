@@ -27,8 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import EngineUnavailable
-from sie_worker.sie_api.call import EngineCall, EventTranslator
-from sie_worker.sie_api.encode import check_serves
+from sie_worker.sie_api.call import EngineCall, EventTranslator, check_serves
 from sie_worker.sie_api.fields import (
     bad,
     object_at,
