@@ -19,6 +19,7 @@ import httpx
 __all__ = ["ENGINE", "Engine", "start_engine", "stop_engine"]
 
 ENGINE = [sys.executable, "-m", "sie_worker.engines.transformers"]
+_PORT_ATTEMPTS = 3
 
 
 @dataclass
@@ -50,19 +51,33 @@ def _free_port() -> int:
 
 
 def start_engine(args: list[str], log: Path, *, wait: bool = True) -> Engine:
-    port = _free_port()
+    """Start the engine on a free port. The port is free when picked but another process
+    may bind it before the engine does (a busy machine runs many tests): then, and only
+    then, the engine is started again on another port."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*ENGINE, *args, "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    engine = Engine(process, port, log)
-    if wait:
-        _wait_ready(engine)
-    return engine
+    attempt = 0
+    while True:
+        attempt += 1
+        port = _free_port()
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [*ENGINE, *args, "--host", "127.0.0.1", "--port", str(port)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        engine = Engine(process, port, log)
+        if not wait:
+            return engine
+        try:
+            _wait_ready(engine)
+        except AssertionError:
+            exited = engine.process.poll() is not None
+            lost_port = exited and "address already in use" in log.read_text(errors="replace")
+            if not lost_port or attempt == _PORT_ATTEMPTS:
+                raise
+            continue
+        return engine
 
 
 def _wait_ready(engine: Engine, timeout: float = 180.0) -> None:
