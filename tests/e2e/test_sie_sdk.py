@@ -333,3 +333,10 @@ def test_a_wrong_request_raises_request_error_naming_the_field(
         "max_new_tokens",
     )
     assert "max_output_tokens of 64" in error["message"]
+
+
+def test_get_capacity_is_a_gateways_and_a_worker_refuses_it_as_sies_workers_do(
+    sie_sdk: SdkRunner, worker: WorkerProcess
+) -> None:
+    error = sie_sdk.run("result = error_of(SIEClient(url).get_capacity)", url=worker.url)
+    assert (error["type"], error["status_code"]) == ("RequestError", 404)
