@@ -7,7 +7,7 @@ pytest_plugins = [
     "tests.support.model_fixtures",  # tiny models built at test time
     "tests.support.worker_fixtures",  # a real `sie-worker serve` subprocess
     "tests.support.gateway_fixtures",  # pods (router + workers) and gateways as processes
-    "tests.support.sie_sdk",  # the real sie-sdk client in its own interpreter
+    "tests.support.sie_sdk",  # SIE's client sie-sdk in .venv-sdk
 ]
 
 # No per-example deadline: it is a timed assertion, and CI machines are noisy. Speed is

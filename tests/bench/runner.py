@@ -30,10 +30,22 @@ __all__ = ["BASELINE", "main"]
 
 # The last commit whose proxy.py predates the benchmark's fixes: measured as worker@baseline.
 BASELINE = "ed6b9469340bc9b48cf1a73c87a2a8323f9b2671"
-_NAMES = ("stream", "placement", "load", "footprint", "chart", "fetch", "router", "gateway")
+_NAMES = (
+    "stream",
+    "placement",
+    "load",
+    "footprint",
+    "chart",
+    "fetch",
+    "sie_encode",
+    "router",
+    "gateway",
+)
 
 
-def _commands(quick: bool) -> dict[str, list[str]]:
+def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
+    """Each benchmark's command; ``record``: benchmarks that write their own section of
+    docs/benchmarks.md may (only a full run stands for the published figures)."""
     python = [sys.executable, "-m"]
     stream = [*python, "tests.bench.bench_stream", "--baseline", BASELINE]
     commands = {
@@ -46,6 +58,9 @@ def _commands(quick: bool) -> dict[str, list[str]]:
         "chart": [*python, "tests.bench.bench_chart"] + (["--runs", "3"] if quick else []),
         "fetch": [*python, "tests.bench.bench_fetch"]
         + (["--size-mib", "512", "--rounds", "1"] if quick else []),
+        "sie_encode": [*python, "tests.bench.bench_sie_encode"]
+        + (["--rounds", "2", "--seconds", "1"] if quick else [])
+        + ([] if record else ["--no-record"]),
     }
     # The gateway's benchmark writes its own section (## Gateway) of docs/benchmarks.md.
     gateway = [*python, "tests.bench.bench_gateway"]
@@ -92,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "loadavg": [],
         "benches": {},
     }
-    for name, bench_argv in _commands(args.quick).items():
+    record = not (args.quick or args.skip)
+    for name, bench_argv in _commands(args.quick, record=record).items():
         if name in args.skip:
             continue
         run["loadavg"].append(os.getloadavg()[0])

@@ -21,9 +21,9 @@ from tests.cluster.test_chart_install import (
     POOL,
     deployment_named,
     install,
-    of_kind,
     release_name,
     render,
+    workers,
 )
 
 pytestmark = pytest.mark.cluster
@@ -168,7 +168,7 @@ def test_a_node_folder_cache_with_prefetch_runs_its_init_container_first(
         "create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=token=hf_x"
     )
     docs = render(kube, release, namespace, sets=sets)
-    assert len(of_kind(docs, "Deployment")) == 1
+    assert len(workers(docs)) == 1
 
     install(kube, release, namespace, sets=sets)
 

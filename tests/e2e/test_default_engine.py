@@ -13,47 +13,29 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
+from tests.support.default_worker import (
+    DEFAULT_BUNDLE_ENV,
+    LLAMA,
+    MINILM,
+    llama_config,
+    minilm_config,
+    serve_default,
+    shutdown,
+)
 from tests.support.ports import free_port
 from tests.support.worker_fixtures import WorkerProcess, write_config
 
 pytestmark = pytest.mark.slow
 
-MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-LLAMA = "tests/tiny-llama"
-TRANSFORMERS = "sie_server.adapters.transformers:TransformersAdapter"
 _TIMEOUT = 300.0  # a request may wait for a model load on a busy CI machine
-DEFAULT_BUNDLE_ENV = {"SIE_BUNDLE": "default", "SIE_MODEL_READY_TIMEOUT_S": "240"}
-
-
-def minilm_config(model_dir: Path) -> dict[str, Any]:
-    return {
-        "sie_id": MINILM,
-        "hf_id": MINILM,
-        "model_path": str(model_dir),
-        "tasks": {"encode": {"max_sequence_length": 256, "dimensions": 384}},
-        "profiles": {"default": {"adapter_path": TRANSFORMERS}},
-    }
-
-
-def llama_config(model_dir: Path) -> dict[str, Any]:
-    return {
-        "sie_id": LLAMA,
-        "hf_id": LLAMA,
-        "model_path": str(model_dir),
-        "tasks": {"generate": {"context_length": 256, "max_output_tokens": 64}},
-        # no adapter_path: the default bundle's default adapter is the transformers one
-        "profiles": {"default": {"adapter_options": {"loadtime": {"threads": 1}}}},
-    }
 
 
 @pytest.fixture(scope="module")
@@ -64,43 +46,9 @@ def worker(
     configs = tmp_path_factory.mktemp("configs")
     write_config(configs, minilm_config(minilm_dir))
     write_config(configs, llama_config(tiny_llama_dir))
-    process = _serve(configs, "cpu:0,cpu:1", tmp_path_factory.mktemp("logs") / "worker.log")
+    process = serve_default(configs, "cpu:0,cpu:1", tmp_path_factory.mktemp("logs") / "worker.log")
     yield process
-    _shutdown(process)
-
-
-def _serve(configs: Path, devices: str, log: Path) -> WorkerProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIE_", "CUDA_VISIBLE"))}
-    env.update(DEFAULT_BUNDLE_ENV)
-    env.update({"SIE_DEVICES": devices, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"})
-    port = free_port()
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(configs),
-             "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    worker = WorkerProcess(process, port, configs, log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"worker exited:\n{worker.logs()}"
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(worker.url + "/healthz", timeout=1.0).status_code == 200:
-                return worker
-        time.sleep(0.1)
-    _shutdown(worker)
-    raise AssertionError(f"worker not healthy within 60s:\n{worker.logs()}")
-
-
-def _shutdown(worker: WorkerProcess) -> None:
-    worker.stop()
-    leftovers = worker.surviving_engines()
-    for process in leftovers:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    assert not leftovers, f"engines outlived the worker: {[p.pid for p in leftovers]}"
+    shutdown(process)
 
 
 def _post(worker: WorkerProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -230,7 +178,7 @@ def test_the_quickstart_script_serves_minilm_pinned_from_the_shipped_config(
         assert len(vector) == 384
         assert math.isclose(math.sqrt(_dot(vector, vector)), 1.0, rel_tol=1e-4)
     finally:
-        _shutdown(worker)
+        shutdown(worker)
 
 
 def _ready(worker: WorkerProcess) -> bool:

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from tests.support.gateway_fixtures import GatewayProcess, PodProcess
-from tests.support.sie_sdk import run_sdk
+from tests.support.sie_sdk import SdkRunner
 from tests.support.worker_fixtures import fake_model, wait_until, write_config
 
 pytestmark = pytest.mark.slow
@@ -235,19 +235,16 @@ def test_pool_without_endpoint_holds_a_request_until_a_pod_appears(fleet: Fleet)
 
 
 _SDK_CHAT = """
-import json, sys
-from sie_sdk import SIEClient
-client = SIEClient(sys.argv[1], timeout_s=60)
-answer = client.chat_completions(
-    "org/small", [{"role": "user", "content": "hi"}], max_tokens=4, gpu=sys.argv[2],
+client = SIEClient(url, timeout_s=60)
+result = client.chat_completions(
+    "org/small", [{"role": "user", "content": "hi"}], max_tokens=4, gpu=gpu,
     provision_timeout_s=60,
 )
-print(json.dumps(answer))
 """
 
 
 def test_expired_hold_is_503_provisioning_and_the_sdk_retry_then_succeeds(
-    make_fleet: Callable[..., Fleet], sie_sdk_python: Path
+    make_fleet: Callable[..., Fleet], sie_sdk: SdkRunner
 ) -> None:
     fleet = make_fleet(SIE_GATEWAY_HOLD_S="1", SIE_GATEWAY_RETRY_AFTER_S="1")
     with fleet.client() as client:
@@ -261,7 +258,9 @@ def test_expired_hold_is_503_provisioning_and_the_sdk_retry_then_succeeds(
     assert held_for >= 1.0
     spare = fleet.start_pod(MODELS, devices="cuda:0,cuda:1")
     with ThreadPoolExecutor(1) as pool:
-        answer = pool.submit(run_sdk, sie_sdk_python, _SDK_CHAT, [fleet.gateway.url, "spare/"], 120)
+        answer = pool.submit(
+            sie_sdk.run, _SDK_CHAT, timeout=120, url=fleet.gateway.url, gpu="spare/"
+        )
         wait_until(lambda: fleet.gateway.metric(_pending("spare")) == 1, timeout=30)
         time.sleep(1.5)  # at least one more 503 provisioning and an SDK retry
         fleet.add_endpoint("spare", spare)
@@ -323,15 +322,13 @@ def test_models_union_and_cluster_health_cover_every_pool(fleet: Fleet) -> None:
 
 
 _SDK_CAPACITY = """
-import json, sys
-from sie_sdk import SIEClient
-client = SIEClient(sys.argv[1])
-print(json.dumps({"all": client.get_capacity(), "wide": client.get_capacity(gpu="L4-4X")}))
+client = SIEClient(url)
+result = {"all": client.get_capacity(), "wide": client.get_capacity(gpu="L4-4X")}
 """
 
 
-def test_sdk_get_capacity_reads_cluster_health(fleet: Fleet, sie_sdk_python: Path) -> None:
-    capacity = run_sdk(sie_sdk_python, _SDK_CAPACITY, [fleet.gateway.url])
+def test_sdk_get_capacity_reads_cluster_health(fleet: Fleet, sie_sdk: SdkRunner) -> None:
+    capacity = sie_sdk.run(_SDK_CAPACITY, url=fleet.gateway.url)
     assert capacity["all"]["status"] == "healthy"
     assert capacity["all"]["worker_count"] == 4
     assert capacity["all"]["gpu_count"] == 4

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.support.ports import free_port
+from tests.support.sie_sdk import SdkRunner
 from tests.support.worker_fixtures import WorkerProcess, fake_model, wait_until
 
 pytestmark = pytest.mark.slow
@@ -196,3 +197,31 @@ def test_killed_worker_is_routed_around(pod: Pod) -> None:
     ready = httpx.get(pod.url + "/readyz", timeout=5)
     assert ready.status_code == 200
     assert [s["up"] for s in ready.json()["slots"]].count(False) == 1
+
+
+def test_sie_sdk_through_the_router_keeps_a_model_on_one_slot(pod: Pod, sie_sdk: SdkRunner) -> None:
+    result = sie_sdk.run(
+        """
+client = SIEClient(url)
+texts = [client.generate(model, "hello pod", max_new_tokens=3)["text"] for _ in range(4)]
+chunks = list(client.stream_generate(model, "hello pod", max_new_tokens=3))
+result = {"texts": texts, "last": chunks[-1], "models": client.list_models(),
+          "detail": client.get_model(model.upper()),
+          "missing": error_of(client.get_model, "org/nope")}
+""",
+        url=pod.url,
+        model="org/alpha",
+    )
+    assert result["texts"] == ["hello pod hello"] * 4
+    assert result["last"]["done"] is True
+    assert pod.loads() == 1
+    (slot,) = pod.holders("org/alpha")
+    with pod.client() as client:
+        again = client.post("/v1/generate/org__alpha", json={"prompt": "x", "max_new_tokens": 1})
+    assert again.headers["x-sie-slot"] == str(slot)
+    infos = {m["name"]: m for m in result["models"]}
+    assert set(infos) == set(MODELS)
+    assert infos["org/alpha"]["state"] == "loaded"
+    assert infos["org/beta"]["state"] == "available"
+    assert (result["detail"]["id"], result["detail"]["state"]) == ("org/alpha", "loaded")
+    assert (result["missing"]["code"], result["missing"]["status_code"]) == ("MODEL_NOT_FOUND", 404)

@@ -132,6 +132,9 @@ _BODY_ENDPOINTS = [
     ("POST", "/v1/completions"),
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/embeddings"),
+    ("POST", "/v1/encode/org/emb"),
+    ("POST", "/v1/score/org/emb"),
+    ("POST", "/v1/generate/org__gen"),
     ("PUT", "/v1/configs/org/big"),
 ]
 
@@ -208,6 +211,9 @@ def test_hostile_model_ids_are_refused_on_every_endpoint_that_takes_one(
         ("GET", f"/v1/configs/{model_id}", None),
         ("PUT", f"/v1/configs/{model_id}", config),
         ("DELETE", f"/v1/configs/{model_id}", None),
+        ("POST", f"/v1/encode/{model_id}", b'{"items": [{"text": "x"}]}'),
+        ("POST", f"/v1/score/{model_id}", b'{"query": {"text": "q"}, "items": [{"text": "x"}]}'),
+        ("POST", f"/v1/generate/{model_id}", b'{"prompt": "x", "max_new_tokens": 1}'),
     ]
     for method, path, body in requests:
         status, payload = _raw(worker, method, path, body)
@@ -275,6 +281,21 @@ def test_deeply_nested_openai_bodies_are_invalid_request_not_500(worker: Worker)
         )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_request"
+
+
+@pytest.mark.parametrize("path", ["/v1/encode/org/emb", "/v1/generate/org__gen"])
+def test_deeply_nested_sie_bodies_are_invalid_request_not_500(worker: Worker, path: str) -> None:
+    nested_json = b'{"items": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    nested_msgpack = b"\x81\xa5items" + b"\x91" * 40_000 + b"\x90"  # arrays 40000 deep
+    with worker.client() as client:
+        for body, content_type in (
+            (nested_json, "application/json"),
+            (nested_msgpack, "application/msgpack"),
+        ):
+            response = client.post(path, content=body, headers={"Content-Type": content_type})
+            assert response.status_code == 400, (path, content_type, response.text)
+            assert response.json()["error"]["code"] == "invalid_request"
+            assert response.headers["x-sie-error-code"] == "INVALID_INPUT"
 
 
 def _read_response(sock: socket.socket) -> bytes:

@@ -32,6 +32,9 @@ HTTP surface on ``--host``/``--port`` (HTTP/1.1, keep-alive, chunked streaming):
   ``requests`` (inference requests received), ``requests_by_path``, ``in_flight``,
   ``cancelled`` (responses the client abandoned), ``recent_request_ids``, ``knobs``.
 - Inference requests before ready get 503; a ``X-Request-Id`` header is echoed back.
+- A ``model`` of ``base:adapter`` asks for LoRA adapter ``adapter``, as SGLang reads it
+  (splitting on the first ``:`` unless ``model`` is, or starts with, the served name), and
+  gets SGLang's 400: the fake serves no adapters.
 
 Startup behaviour, from the environment (tests put these in a profile's ``extra_env``):
 
@@ -128,6 +131,17 @@ _MALFORMED = ("sse", "json", "huge_chunk", "bad_status")
 
 
 # --------------------------------------------------------------------------- knobs
+
+
+def _lora_of(model: object, served_name: str) -> str | None:
+    """The LoRA adapter SGLang 0.5.23 reads from an OpenAI ``model`` of ``base:adapter``: it
+    splits on the first ``:``, unless ``model`` is the served name or starts with it and a
+    ``:``. None when ``model`` names no adapter."""
+    if not isinstance(model, str) or model == served_name or ":" not in model:
+        return None
+    if model.startswith(served_name + ":"):
+        return model[len(served_name) + 1 :] or None
+    return model.split(":", 1)[1] or None
 
 
 class KnobError(ValueError):
@@ -702,6 +716,14 @@ class _Engine:
         options = FakeOptions.parse(body.get("fake"))
         if not self.ready:
             raise _HttpError(503, "The server is not ready yet", "ServiceUnavailable")
+        adapter = _lora_of(body.get("model"), self.args.served_model_name)
+        if adapter is not None:
+            raise _HttpError(
+                400,
+                f"LoRA adapter '{adapter}' was requested, but LoRA is not enabled. "
+                "Please launch the server with --enable-lora flag and preload adapters "
+                "via --lora-paths",
+            )
         return body, options
 
     async def _completions(self, ex: _Exchange) -> bool:

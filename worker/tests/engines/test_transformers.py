@@ -16,15 +16,13 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from tests.support.ports import free_port
+from tests.support.default_engine import ENGINE, Engine, start_engine, stop_engine
 
 from sie_worker.engines._device import StartupError, choose_placement
 from sie_worker.engines._errors import EngineError
@@ -39,9 +37,6 @@ from sie_worker.engines._requests import (
 )
 from sie_worker.engines._stops import StopScanner
 
-ENGINE = [sys.executable, "-m", "sie_worker.engines.transformers"]
-
-
 # --- pure pieces ---------------------------------------------------------------------------
 
 
@@ -54,7 +49,7 @@ def test_stop_scanner_holds_back_text_that_may_start_a_stop_string() -> None:
     assert scanner.flush() == ""
 
 
-def test_stop_scanner_releases_held_text_when_it_cannot_be_a_stop() -> None:
+def test_stop_scanner_releases_held_text_when_it_cannot_be_astop_engine() -> None:
     scanner = StopScanner(("END", "\n\n"))
     assert scanner.feed("x E") == "x "
     assert scanner.feed("Nx") == "ENx"
@@ -259,69 +254,6 @@ def test_worker_app_cli_and_engine_module_import_without_torch() -> None:
 # --- the engine as a subprocess ------------------------------------------------------------
 
 
-@dataclass
-class Engine:
-    process: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        return httpx.post(self.url + path, json=body, timeout=120.0)
-
-    def stream(self, path: str, body: dict[str, Any]) -> list[str]:
-        """The ``data:`` payloads of a server-sent-event response, in order."""
-        with httpx.stream("POST", self.url + path, json=body, timeout=120.0) as response:
-            assert response.status_code == 200, response.read()
-            assert response.headers["content-type"].startswith("text/event-stream")
-            return [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
-
-
-def start_engine(args: list[str], log: Path, *, wait: bool = True) -> Engine:
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*ENGINE, *args, "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    engine = Engine(process, port, log)
-    if wait:
-        _wait_ready(engine)
-    return engine
-
-
-def _wait_ready(engine: Engine, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if engine.process.poll() is not None:
-            raise AssertionError(
-                f"engine exited {engine.process.returncode}:\n{engine.log.read_text()}"
-            )
-        try:
-            if httpx.get(engine.url + "/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"engine not ready within {timeout}s:\n{engine.log.read_text()}")
-
-
-def _stop(engine: Engine) -> None:
-    if engine.process.poll() is None:
-        engine.process.send_signal(signal.SIGTERM)
-        try:
-            engine.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            engine.process.kill()
-            engine.process.wait()
-
-
 @pytest.fixture(scope="module")
 def llama_engine(
     tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory
@@ -339,7 +271,7 @@ def llama_engine(
         log,
     )
     yield engine
-    _stop(engine)
+    stop_engine(engine)
 
 
 @pytest.fixture(scope="module")
@@ -361,7 +293,7 @@ def minilm_engine(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         log,
     )
     yield engine
-    _stop(engine)
+    stop_engine(engine)
 
 
 def _embed(engine: Engine, texts: list[str]) -> list[list[float]]:
@@ -477,7 +409,7 @@ def test_streamed_completion_concatenates_to_the_greedy_text(llama_engine: Engin
 
 
 @pytest.mark.slow
-def test_stop_string_cuts_the_text_and_finishes_with_stop(llama_engine: Engine) -> None:
+def test_stop_string_cuts_the_text_and_finishes_withstop_engine(llama_engine: Engine) -> None:
     body = {"prompt": "One two three", "max_tokens": 24, "temperature": 0}
     whole = llama_engine.post("/v1/completions", body).json()["choices"][0]["text"]
     stop = whole[len(whole) // 2 : len(whole) // 2 + 2]
@@ -620,7 +552,7 @@ def test_other_sentence_transformers_stacks_are_served_by_sentence_transformers(
         for ours, theirs in zip(_embed(engine, texts), reference, strict=True):
             assert ours == pytest.approx(theirs, abs=1e-5)
     finally:
-        _stop(engine)
+        stop_engine(engine)
 
 
 @pytest.mark.slow
@@ -644,7 +576,7 @@ def test_chat_without_a_template_uses_the_documented_fallback(
         assert chat["usage"] == completion["usage"]
         assert chat["choices"][0]["message"]["content"] == completion["choices"][0]["text"]
     finally:
-        _stop(engine)
+        stop_engine(engine)
 
 
 @pytest.mark.slow

@@ -47,7 +47,7 @@ def test_unknown_pools_are_refused_listing_the_pools() -> None:
         "type cpu), l4 (machine profile l4, GPU type l4), l4-4x (machine profile l4-4x, GPU "
         "type l4)"
     )
-    assert info.value.headers["X-SIE-Error-Code"] == "POOL_NOT_FOUND"
+    assert info.value.sie_code == "POOL_NOT_FOUND"
     with pytest.raises(UnknownPool, match="X-SIE-MACHINE-PROFILE: pool 'cpu' has machine"):
         select_pools(SPECS, Catalogue.empty(), NONE, "m", pool="cpu", profile="l4")
 
@@ -111,7 +111,8 @@ async def test_a_hold_ends_with_provisioning_and_retry_after() -> None:
     holder = Holder(_fleet(hold_s=0.05, retry_after_s=3))
     with pytest.raises(Provisioning) as info:
         await holder.pick(SELECTION, frozenset())
-    assert info.value.headers == {"Retry-After": "3", "X-SIE-Error-Code": "PROVISIONING"}
+    assert info.value.headers == {"Retry-After": "3"}
+    assert info.value.sie_code == "PROVISIONING"
     assert "SIE_GATEWAY_HOLD_S" in info.value.message
     assert holder.fleet.groups[L4.key].held == 0
 

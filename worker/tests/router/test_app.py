@@ -29,6 +29,8 @@ from tests.support.asgi_server import TcpFront, serve
 from sie_worker.router import relay as router_relay
 from sie_worker.router.app import create_router_app
 from sie_worker.router.settings import RouterSettings
+from sie_worker.sie_api.ids import resolve_model_id
+from sie_worker.sie_api.models import sie_state
 
 pytestmark = pytest.mark.anyio
 
@@ -84,6 +86,8 @@ class FakeWorker:
                 Route("/v1/models/{rest:path}", self._action, methods=["POST"]),
                 Route("/v1/completions", self._complete, methods=["POST"]),
                 Route("/v1/chat/completions", self._complete, methods=["POST"]),
+                Route("/v1/encode/{model:path}", self._sie, methods=["POST"]),
+                Route("/v1/generate/{model:path}", self._sie, methods=["POST"]),
                 Route("/v1/configs/{rest:path}", self._config, methods=["PUT", "GET"]),
             ]
         )
@@ -104,7 +108,16 @@ class FakeWorker:
             }
             for m, info in self.models.items()
         ]
-        return JSONResponse({"object": "list", "data": data})
+        # SIE's list, one entry per config (here: per model, with its one profile)
+        infos = [
+            {
+                "name": m,
+                "state": sie_state(i["state"]),
+                "profiles": {"default": {"state": sie_state(i["state"])}},
+            }
+            for m, i in self.models.items()
+        ]
+        return JSONResponse({"object": "list", "data": data, "models": infos})
 
     async def _devices(self, request: Request) -> Response:
         return JSONResponse(
@@ -188,6 +201,15 @@ class FakeWorker:
                 iter([*chunks, "data: [DONE]\n\n"]), media_type="text/event-stream"
             )
         return JSONResponse({"model": model, "port": self.port, "choices": [{"text": "ok"}]})
+
+    async def _sie(self, request: Request) -> Response:
+        """SIE's routes: the model in the path (``__`` for ``/`` on generate), any body."""
+        self._record(request, await request.body())
+        generate = request.url.path.startswith("/v1/generate/")
+        asked = request.path_params["model"]
+        model = resolve_model_id(asked, self.models, generate=generate) or asked
+        refused = await self._ensure(model)
+        return refused or JSONResponse({"model": model, "port": self.port})
 
     async def _config(self, request: Request) -> Response:
         self._record(request, await request.body())
@@ -316,6 +338,27 @@ async def test_repeated_requests_for_a_loaded_model_go_where_it_is_ready() -> No
             r = await _complete(p.client, "b")
             assert (r.headers["x-sie-slot"], r.headers["x-sie-route-reason"]) == ("2", "ready")
         assert sum(w.loads["b"] for w in p.workers) == 0
+
+
+async def test_sie_routes_go_where_the_model_in_their_path_is_ready() -> None:
+    async with pod() as p:
+        p.workers[1].preload("org/m:fast")
+        await p.until(
+            lambda: p.app.state.table.slots[1].view().state_of("org/m:fast") == "ready", "poll"
+        )
+        body = b"\x81\xa5items\x90"  # msgpack: the router relays it, never reads it
+        msgpack = {"content-type": "application/msgpack"}
+        for path in (
+            "/v1/encode/org/m:fast",
+            "/v1/generate/org__m:fast",
+            "/v1/generate/ORG__M:FAST",
+        ):
+            r = await p.client.post(path, content=body, headers=msgpack)
+            assert r.status_code == 200, (path, r.text)
+            assert (r.headers["x-sie-slot"], r.headers["x-sie-route-reason"]) == ("1", "ready")
+        assert p.workers[1].calls[-1][1] == "/v1/generate/ORG__M:FAST"  # the path as sent
+        assert p.workers[1].calls[-1][3] == body
+        assert sum(w.loads["org/m:fast"] for w in p.workers) == 0
 
 
 async def test_different_models_spread_over_free_slots() -> None:
@@ -483,10 +526,15 @@ async def test_models_list_merges_slots_and_says_which_serves_what() -> None:
         assert [s["state"] for s in entries["b"]["slots"]] == ["unloaded", "ready", "unloaded"]
         assert entries["a"]["slot"] is None
         assert [s["port"] for s in body["slots"]] == [w.port for w in p.workers]
-        one = await p.client.get("/v1/models/b")
-        assert one.json()["slot"] == 1
+        infos = {m["name"]: m for m in body["models"]}
+        assert len(body["models"]) == 5
+        assert (infos["b"]["state"], infos["a"]["state"]) == ("loaded", "available")
+        one = (await p.client.get("/v1/models/B")).json()
+        assert (one["id"], one["slot"]) == ("b", 1)
+        assert (one["name"], one["state"], one["worker_state"]) == ("b", "loaded", "ready")
         missing = await p.client.get("/v1/models/zzz")
         assert missing.status_code == 404
+        assert missing.headers["x-sie-error-code"] == "MODEL_NOT_FOUND"
 
 
 async def test_devices_list_merges_slots() -> None:

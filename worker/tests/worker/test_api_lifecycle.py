@@ -214,7 +214,9 @@ def test_model_ids_with_slashes_and_profiles_route_to_model_actions(
         assert (
             client.post("/v1/models/org/deep/name:fast/load").json()["id"] == "org/deep/name:fast"
         )
-        assert client.get("/v1/models/org/deep/name:fast").json()["state"] == "ready"
+        detail = client.get("/v1/models/org/deep/name:fast").json()
+        assert (detail["id"], detail["worker_state"]) == ("org/deep/name:fast", "ready")
+        assert detail["state"] == "loaded"  # SIE's word, as sie-sdk's get_model reads it
 
 
 def test_sigterm_lets_streams_in_flight_finish_then_stops_engines_and_exits_0(

@@ -119,6 +119,9 @@ def test_openapi_description_lists_every_endpoint(start_worker: StartWorker) -> 
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/embeddings",
+        "/v1/encode/{model}",
+        "/v1/score/{model}",
+        "/v1/generate/{model}",
         "/v1/configs",
         "/v1/configs/{sie_id}",
     ):

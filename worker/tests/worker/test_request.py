@@ -17,6 +17,8 @@ from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.errors import InvalidRequest
 from sie_worker.worker.request import (
     ENDPOINT_TASKS,
+    SIE_CLIENT_LOAD_WAIT_S,
+    load_wait,
     prefer_wait,
     read_payload,
     served_id,
@@ -167,3 +169,17 @@ def test_grammar_request_is_served_by_the_grammar_profile_over_http(
     assert states["org/g:structured"] == "ready"
     assert states["org/g"] == "unloaded"
     assert states["org/p"] == "ready"
+
+
+def test_sie_routes_and_sie_sdk_wait_for_a_load_less_than_the_sdk_reads() -> None:
+    # sie-sdk reads for at most 150 s and never retries a read timeout; it retries a 503
+    assert SIE_CLIENT_LOAD_WAIT_S < 150
+    assert load_wait({}, sie_route=False) is None
+    assert load_wait({}, sie_route=True) == SIE_CLIENT_LOAD_WAIT_S
+    assert load_wait({"x-sie-sdk-version": "0.10.1"}, sie_route=False) == SIE_CLIENT_LOAD_WAIT_S
+    assert load_wait({"prefer": "wait=3"}, sie_route=True) == 3.0
+
+
+def test_the_engines_rerank_endpoint_needs_the_score_task() -> None:
+    assert task_of("/v1/rerank") == "score"
+    assert task_of("/v1/embeddings") == "encode"

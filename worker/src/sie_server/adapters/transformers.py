@@ -28,7 +28,8 @@ PASSTHROUGH_OPTIONS: tuple[str, ...] = ("config_kwargs", "trust_remote_code", "m
 
 
 class TransformersAdapter(Adapter):
-    """Embeddings or generation with transformers / sentence-transformers on one device."""
+    """Embeddings, cross-encoder scores or generation with transformers /
+    sentence-transformers on one device."""
 
     engine: ClassVar[EngineKind] = "transformers"
     bundle: ClassVar[str] = "default"

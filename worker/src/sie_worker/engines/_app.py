@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -22,17 +22,21 @@ from sie_worker.engines import _responses as shapes
 from sie_worker.engines._errors import EngineError
 from sie_worker.engines._model_thread import ModelThread
 from sie_worker.engines._requests import (
+    EmbeddingRequest,
     Sampling,
     parse_chat,
     parse_completion,
     parse_embedding,
+    parse_rerank,
 )
 from sie_worker.engines._state import EngineState
 from sie_worker.engines._stream import collect, stream_text
+from sie_worker.sie_api.texts import TextOptions, format_text
 
 if TYPE_CHECKING:
     from sie_worker.engines._embed import Embedder
     from sie_worker.engines._generate import Generator, Prepared
+    from sie_worker.engines._score import Scorer
 
 __all__ = ["create_app"]
 
@@ -42,7 +46,9 @@ _TASK_OF_PATH = {
     "/v1/embeddings": "encode",
     "/v1/completions": "generate",
     "/v1/chat/completions": "generate",
+    "/v1/rerank": "score",
 }
+_SERVES = {"encode": "embeddings", "generate": "completions", "score": "rerank"}
 
 # Each chunk builder takes the text piece (or None for the final chunk) and the finish reason.
 _ChunkFn = Callable[[str | None, str | None], dict[str, Any]]
@@ -57,6 +63,7 @@ def create_app(state: EngineState, thread: ModelThread) -> Starlette:
             Route("/v1/embeddings", api.embeddings, methods=["POST"]),
             Route("/v1/completions", api.completions, methods=["POST"]),
             Route("/v1/chat/completions", api.chat, methods=["POST"]),
+            Route("/v1/rerank", api.rerank, methods=["POST"]),
         ],
         exception_handlers={
             EngineError: _engine_error,
@@ -97,9 +104,52 @@ class _Api:
                 f"omit dimensions or send {embedder.dimensions}",
                 param="dimensions",
             )
-        vectors, tokens = await self._thread.call(embedder.embed, req.texts)
+        texts, shaped = self._shaped(req, embedder.prompts)
+        normalize = self._state.options.normalize if req.normalize is None else req.normalize
+        vectors, tokens = await self._thread.call(
+            embedder.embed, texts, normalize=normalize, shaped=shaped
+        )
         items = [shapes.embedding_item(i, v, req.encoding_format) for i, v in enumerate(vectors)]
         return JSONResponse(shapes.embeddings_response(self._name, items, tokens))
+
+    async def rerank(self, request: Request) -> Response:
+        """SGLang's ``/v1/rerank``: ``[{index, score, meta_info: {prompt_tokens}}]``, best
+        first."""
+        self._check_task(request)
+        req = parse_rerank(await _json(request))
+        scorer = self._scorer()
+        scores, tokens = await self._thread.call(scorer.score, req.query, req.documents)
+        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        results = [
+            {"index": i, "score": scores[i], "meta_info": {"prompt_tokens": tokens[i]}}
+            for i in order
+        ]
+        return JSONResponse(results)
+
+    def _shaped(self, req: EmbeddingRequest, prompts: Mapping[str, str]) -> tuple[list[str], bool]:
+        """The texts the model reads (SIE's rules, :mod:`sie_worker.sie_api.texts`), and
+        whether they were shaped here. A request that asks nothing of it, for a model
+        configured with no template, is read as it is (its default prompt included)."""
+        flags = self._state.options
+        options = TextOptions(
+            query_template=req.text_options.get("query_template", flags.query_template),
+            doc_template=req.text_options.get("doc_template", flags.doc_template),
+            default_instruction=req.text_options.get(
+                "default_instruction", flags.default_instruction
+            ),
+            prompts=prompts,
+        )
+        configured = options.query_template or options.doc_template or options.default_instruction
+        if req.is_query is None and req.instructions is None and not configured:
+            return list(req.texts), False
+        count = len(req.texts)
+        queries = req.is_query or (False,) * count
+        instructions = req.instructions or (None,) * count
+        texts = [
+            format_text(text, is_query=bool(q), instruction=i, options=options)
+            for text, q, i in zip(req.texts, queries, instructions, strict=True)
+        ]
+        return texts, True
 
     async def completions(self, request: Request) -> Response:
         self._check_task(request)
@@ -214,7 +264,7 @@ class _Api:
         needed = _TASK_OF_PATH[request.url.path]
         task = self._state.options.task
         if needed != task:
-            served = "embeddings" if task == "encode" else "completions"
+            served = _SERVES[task]
             raise EngineError(
                 f"model {self._name} serves task {task!r} ({served}); {request.url.path} needs "
                 f"a model configured with tasks.{needed}",
@@ -239,6 +289,11 @@ class _Api:
         self._ready()
         assert self._state.embedder is not None  # ready with task encode
         return self._state.embedder
+
+    def _scorer(self) -> Scorer:
+        self._ready()
+        assert self._state.scorer is not None  # ready with task score
+        return self._state.scorer
 
     def _generator(self) -> Generator:
         self._ready()

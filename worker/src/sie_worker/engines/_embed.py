@@ -7,7 +7,8 @@ engine's single model thread.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,9 +24,13 @@ class Embedder(Protocol):
     dimensions: int
     backend: str
     max_length: int
+    prompts: Mapping[str, str]  # sentence-transformers prompts by name ("query", "document")
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
-        """One L2-normalised vector per text, and the number of tokens read."""
+    def embed(
+        self, texts: Sequence[str], *, normalize: bool = True, shaped: bool = False
+    ) -> tuple[list[list[float]], int]:
+        """One vector per text (L2-normalised unless told not to), and the tokens read.
+        ``shaped``: the texts already carry their prompt (no default prompt is added)."""
         ...
 
 
@@ -35,15 +40,35 @@ def load_embedder(
     """``max_length`` (``--context-length``) caps the tokens read per input; longer inputs
     are truncated, as sentence-transformers does."""
     plan = pooling_plan(model_dir)
+    embedder: Embedder
     if plan is None:
-        return _SentenceTransformersEmbedder(
+        embedder = _SentenceTransformersEmbedder(
             model_dir, placement, batch_size=batch_size, max_length=max_length
         )
-    return _NativeEmbedder(model_dir, plan, placement, batch_size=batch_size, max_length=max_length)
+    else:
+        embedder = _NativeEmbedder(
+            model_dir, plan, placement, batch_size=batch_size, max_length=max_length
+        )
+    embedder.prompts = _prompts(model_dir)
+    return embedder
+
+
+def _prompts(model_dir: Path) -> dict[str, str]:
+    """The prompts a sentence-transformers directory declares (``prompts`` of
+    ``config_sentence_transformers.json``)."""
+    try:
+        config = json.loads((model_dir / "config_sentence_transformers.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    prompts = config.get("prompts") if isinstance(config, dict) else None
+    if not isinstance(prompts, dict):
+        return {}
+    return {k: v for k, v in prompts.items() if isinstance(k, str) and isinstance(v, str) and v}
 
 
 class _NativeEmbedder:
     backend = "transformers"
+    prompts: Mapping[str, str] = {}
 
     def __init__(
         self,
@@ -80,7 +105,9 @@ class _NativeEmbedder:
         # why: some tokenizers emit token_type_ids that the model's forward does not take
         self._accepted = set(inspect.signature(self._model.forward).parameters)
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+    def embed(
+        self, texts: Sequence[str], *, normalize: bool = True, shaped: bool = False
+    ) -> tuple[list[list[float]], int]:
         inputs = [t.lower() for t in texts] if self._plan.lowercase else list(texts)
         vectors: list[list[float]] = []
         tokens = 0
@@ -98,8 +125,10 @@ class _NativeEmbedder:
                 mask = feed["attention_mask"]
                 tokens += int(mask.sum().item())
                 pooled = _pool(states, mask, self._plan.mode, self._tokenizer.padding_side)
-                normed = torch.nn.functional.normalize(pooled.float(), p=2.0, dim=1)
-                vectors.extend(normed.cpu().tolist())
+                pooled = pooled.float()
+                if normalize:
+                    pooled = torch.nn.functional.normalize(pooled, p=2.0, dim=1)
+                vectors.extend(pooled.cpu().tolist())
         return vectors, tokens
 
 
@@ -123,6 +152,7 @@ def _pool(
 
 class _SentenceTransformersEmbedder:
     backend = "sentence-transformers"
+    prompts: Mapping[str, str] = {}
 
     def __init__(
         self, model_dir: Path, placement: Placement, *, batch_size: int, max_length: int | None
@@ -148,11 +178,15 @@ class _SentenceTransformersEmbedder:
             self._model.max_seq_length = max_length
         self.max_length = int(self._model.max_seq_length or 0)
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+    def embed(
+        self, texts: Sequence[str], *, normalize: bool = True, shaped: bool = False
+    ) -> tuple[list[list[float]], int]:
         vectors = self._model.encode(
             list(texts),
+            # why: "" stops sentence-transformers adding its default prompt a second time
+            prompt="" if shaped else None,
             batch_size=self._batch_size,
-            normalize_embeddings=True,
+            normalize_embeddings=normalize,
             convert_to_numpy=True,
             show_progress_bar=False,
         )

@@ -7,9 +7,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from sie_worker.sie_api.texts import check_template
+
 __all__ = ["DTYPES", "EngineOptions", "Task", "build_parser", "parse_options"]
 
-Task = Literal["encode", "generate"]
+Task = Literal["encode", "generate", "score"]
 
 # Canonical names first; the rest are the spellings SGLang and torch users reach for.
 DTYPES: dict[str, str] = {
@@ -38,6 +40,11 @@ class EngineOptions:
     max_batch_size: int
     revision: str | None
     context_length: int | None
+    # encode: how input text is shaped (SIE's options; a request may override them)
+    query_template: str | None = None
+    doc_template: str | None = None
+    default_instruction: str | None = None
+    normalize: bool = True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,9 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--port", type=_port, required=True, help="listen port")
     add(
         "--task",
-        choices=("encode", "generate"),
+        choices=("encode", "generate", "score"),
         required=True,
-        help="encode: /v1/embeddings; generate: /v1/completions and /v1/chat/completions",
+        help=(
+            "encode: /v1/embeddings; generate: /v1/completions and /v1/chat/completions; "
+            "score: /v1/rerank (a cross-encoder: AutoModelForSequenceClassification)"
+        ),
     )
     add("--served-model-name", default=None, help="model id in responses (default: --model-path)")
     add(
@@ -95,6 +105,29 @@ def build_parser() -> argparse.ArgumentParser:
             "max_position_embeddings); encode: longest input, longer ones are truncated"
         ),
     )
+    add(
+        "--query-template",
+        type=_template("--query-template"),
+        default=None,
+        help="encode: the text of a query, e.g. 'query: {text}' ({text}, {instruction})",
+    )
+    add(
+        "--doc-template",
+        type=_template("--doc-template"),
+        default=None,
+        help="encode: the text of a document, e.g. 'passage: {text}'",
+    )
+    add(
+        "--default-instruction",
+        default=None,
+        help="encode: the instruction of a query that brings none",
+    )
+    add(
+        "--no-normalize",
+        dest="normalize",
+        action="store_false",
+        help="encode: return embeddings as pooled, not L2-normalised",
+    )
     return parser
 
 
@@ -112,6 +145,10 @@ def parse_options(argv: Sequence[str] | None = None) -> EngineOptions:
         max_batch_size=args.max_batch_size,
         revision=args.revision,
         context_length=args.context_length,
+        query_template=args.query_template,
+        doc_template=args.doc_template,
+        default_instruction=args.default_instruction,
+        normalize=args.normalize,
     )
 
 
@@ -122,6 +159,16 @@ def _dtype(raw: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{raw!r} is not a dtype; use one of auto, float32, bfloat16, float16"
         ) from None
+
+
+def _template(flag: str) -> Callable[[str], str]:
+    def convert(raw: str) -> str:
+        problem = check_template(raw)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"{flag} {problem}")
+        return raw
+
+    return convert
 
 
 def _port(raw: str) -> int:

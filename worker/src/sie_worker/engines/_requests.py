@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from sie_worker.engines._errors import EngineError
+from sie_worker.sie_api.texts import TEXT_OPTIONS, check_template
 
 __all__ = [
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
     "EmbeddingRequest",
+    "RerankRequest",
     "Sampling",
     "parse_chat",
     "parse_completion",
     "parse_embedding",
+    "parse_rerank",
     "render_chat_fallback",
 ]
 
@@ -32,9 +35,22 @@ _CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 @dataclass(frozen=True)
 class EmbeddingRequest:
+    """``is_query``, ``instructions`` (one per text) and the text options are this engine's
+    own fields (the worker sends them for SIE's encode): how each text is shaped."""
+
     texts: tuple[str, ...]
     encoding_format: EncodingFormat
     dimensions: int | None
+    is_query: tuple[bool, ...] | None = None  # None: not sent (texts are used as they are)
+    instructions: tuple[str | None, ...] | None = None
+    text_options: Mapping[str, str] = field(default_factory=dict)
+    normalize: bool | None = None
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    query: str
+    documents: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -93,8 +109,69 @@ def parse_embedding(body: object) -> EmbeddingRequest:
         )
     dimensions = _optional_int(data, "dimensions", minimum=1)
     return EmbeddingRequest(
-        texts=texts, encoding_format=cast(EncodingFormat, fmt), dimensions=dimensions
+        texts=texts,
+        encoding_format=cast(EncodingFormat, fmt),
+        dimensions=dimensions,
+        is_query=_per_text(data, "is_query", len(texts), bool),
+        instructions=_per_text(data, "instruction", len(texts), str),
+        text_options=_text_options(data),
+        normalize=_optional_flag(data, "normalize"),
     )
+
+
+def parse_rerank(body: object) -> RerankRequest:
+    """SGLang's ``/v1/rerank`` body: ``{query, documents, return_documents?, top_n?}``."""
+    data = _object(body)
+    query = data.get("query")
+    if not isinstance(query, str):
+        raise EngineError("query: required; a string", param="query")
+    documents = data.get("documents")
+    if (
+        not isinstance(documents, list)
+        or not documents
+        or not all(isinstance(d, str) for d in documents)
+    ):
+        raise EngineError("documents: required; a nonempty list of strings", param="documents")
+    if data.get("top_n") is not None:
+        raise EngineError("top_n: not supported by this engine; omit it", param="top_n")
+    return RerankRequest(query=query, documents=tuple(documents))
+
+
+def _per_text(data: Mapping[str, Any], key: str, count: int, kind: type) -> tuple[Any, ...] | None:
+    """One value per text: a single value for all, or a list of ``count`` (null entries are
+    the default); None when the field is not sent."""
+    value = data.get(key)
+    if value is None:
+        return None
+    values = value if isinstance(value, list) else [value] * count
+    if len(values) != count or not all(v is None or isinstance(v, kind) for v in values):
+        name = kind.__name__
+        raise EngineError(
+            f"{key}: a {name}, or a list of {count} ({name} or null), one per input", param=key
+        )
+    return tuple(values)
+
+
+def _text_options(data: Mapping[str, Any]) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for key in TEXT_OPTIONS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise EngineError(f"{key}: must be a string", param=key)
+        problem = check_template(value) if key.endswith("_template") else None
+        if problem is not None:
+            raise EngineError(f"{key} {problem}", param=key)
+        options[key] = value
+    return options
+
+
+def _optional_flag(data: Mapping[str, Any], key: str) -> bool | None:
+    value = data.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise EngineError(f"{key}: must be true or false", param=key)
 
 
 def parse_completion(body: object) -> CompletionRequest:

@@ -19,6 +19,7 @@ from sie_worker.engines._options import EngineOptions
 if TYPE_CHECKING:
     from sie_worker.engines._embed import Embedder
     from sie_worker.engines._generate import Generator
+    from sie_worker.engines._score import Scorer
 
 __all__ = ["EngineState", "load"]
 
@@ -33,6 +34,7 @@ class EngineState:
     placement: Placement | None = None
     embedder: Embedder | None = None
     generator: Generator | None = None
+    scorer: Scorer | None = None
     error: str | None = None
     load_seconds: float | None = None
     created: int = field(default_factory=lambda: int(time.time()))
@@ -53,6 +55,8 @@ class EngineState:
                 dimensions=self.embedder.dimensions,
                 max_model_len=self.embedder.max_length,
             )
+        if self.scorer is not None:
+            info.update(backend=self.scorer.backend, max_model_len=self.scorer.max_length)
         if self.generator is not None:
             info.update(
                 backend=self.generator.backend,
@@ -83,6 +87,15 @@ def load(state: EngineState) -> None:
         model_dir = local or _snapshot(options.model_path, options.revision)
         state.embedder = load_embedder(
             model_dir,
+            placement,
+            batch_size=options.max_batch_size,
+            max_length=options.context_length,
+        )
+    elif options.task == "score":
+        from sie_worker.engines._score import Scorer
+
+        state.scorer = Scorer(
+            local or _snapshot(options.model_path, options.revision),
             placement,
             batch_size=options.max_batch_size,
             max_length=options.context_length,

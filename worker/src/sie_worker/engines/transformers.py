@@ -3,14 +3,19 @@
 The worker launches it like SGLang, as a subprocess on 127.0.0.1 with its device mask::
 
     python -m sie_worker.engines.transformers --model-path DIR_OR_ID --host 127.0.0.1 \\
-        --port N --task {encode,generate} [--served-model-name ID] [--dtype ...] \\
+        --port N --task {encode,generate,score} [--served-model-name ID] [--dtype ...] \\
         [--device auto|cpu|cuda] [--threads N] [--max-batch-size N] [--revision REV] \\
-        [--context-length N]
+        [--context-length N] [--query-template T] [--doc-template T] \\
+        [--default-instruction I] [--no-normalize]
 
 It serves ``GET /health`` (503 while loading, 200 once the model is loaded), ``GET
-/v1/models``, ``POST /v1/embeddings`` (task encode), ``POST /v1/completions`` and
-``/v1/chat/completions`` (task generate; ``stream: true`` sends server-sent events ending
-with ``data: [DONE]``). Errors are ``{"error": {"message", "type", "code", "param"}}``.
+/v1/models``, ``POST /v1/embeddings`` (task encode; beside OpenAI's fields it takes
+``is_query`` and ``instruction``, one or one per input, and ``query_template``,
+``doc_template``, ``default_instruction``, ``normalize``, shaping each text as SIE does),
+``POST /v1/rerank`` (task score, SGLang's shape: ``{query, documents}`` -> ``[{index,
+score}]``, best first), ``POST /v1/completions`` and ``/v1/chat/completions`` (task
+generate; ``stream: true`` sends server-sent events ending with ``data: [DONE]``).
+Errors are ``{"error": {"message", "type", "code", "param"}}``.
 It never reaches a model hub for a local directory, and honours ``HF_HUB_OFFLINE=1``.
 Importing this module is cheap; torch is imported only when :func:`main` runs.
 """

@@ -1,9 +1,18 @@
 """Every error the worker, the router and the gateway answer, in one shape, rendered here.
 
-A :class:`~sie_worker.errors.SieError` becomes ``{"error": {"code", "message"}}`` with its
-status and headers: as a response (:func:`error_response`), straight from middleware before
-any route runs (:func:`send_error`), or, once a stream has started, as its last server-sent
-event (:func:`sse_error_event`).
+A :class:`~sie_worker.errors.SieError` becomes ``{"error": {"code", "message", "param"?}}``
+with its status, its headers and ``X-SIE-Error-Code: <SIE's code>`` (from
+:data:`~sie_worker.errors.SIE_ERROR_CODES`): as a response (:func:`error_response`),
+straight from middleware before any route runs (:func:`send_error`), or, once a stream has
+started, as its last server-sent event (:func:`sse_error_event`). Error bodies are JSON
+whatever the request's ``Accept``.
+
+One exception to "our code in ``error.code``": sie-sdk raises ``ModelLoadFailedError`` only
+for a 502 whose *body* code is ``MODEL_LOAD_FAILED`` (it does not read the header there, and
+an ``error`` object hides any ``detail`` one). So for a request that identifies itself as
+sie-sdk (it sends ``X-SIE-SDK-Version`` on every call) a load failure's body carries SIE's
+code, with ours kept beside it as ``worker_code``; every other client, and every other
+error, gets our code in the body.
 """
 
 from __future__ import annotations
@@ -18,24 +27,60 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Send
 
-from sie_worker.errors import MethodNotAllowed, NotFound, SieError
+from sie_worker.errors import (
+    SIE_ERROR_HEADER,
+    SIE_LOAD_FAILED,
+    MethodNotAllowed,
+    NotFound,
+    SieError,
+)
 
-__all__ = ["EXCEPTION_HANDLERS", "error_response", "send_error", "sse_error_event"]
+__all__ = [
+    "EXCEPTION_HANDLERS",
+    "SDK_VERSION_HEADER",
+    "error_body",
+    "error_headers",
+    "error_response",
+    "from_sie_sdk",
+    "send_error",
+    "sse_error_event",
+]
 
 _log = logging.getLogger("sie_worker.http")
+SDK_VERSION_HEADER = "x-sie-sdk-version"  # sent by sie-sdk on every request
+# SIE codes the SDK reads from the body rather than from X-SIE-Error-Code.
+_BODY_READ_CODES = frozenset({SIE_LOAD_FAILED})
 
 
-def error_response(error: SieError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+def from_sie_sdk(headers: Mapping[str, str]) -> bool:
+    """Whether the request comes from sie-sdk (``X-SIE-SDK-Version``)."""
+    return bool(headers.get(SDK_VERSION_HEADER))
+
+
+def error_body(error: SieError, *, sie_sdk: bool = False) -> dict[str, Any]:
+    body = error.body()
+    if sie_sdk and error.status == 502 and error.sie_code in _BODY_READ_CODES:
+        body["error"] = {**body["error"], "code": error.sie_code, "worker_code": error.code}
+    return body
+
+
+def error_headers(error: SieError) -> dict[str, str]:
+    return {**error.headers, SIE_ERROR_HEADER: error.sie_code}
+
+
+def error_response(error: SieError, *, sie_sdk: bool = False) -> JSONResponse:
+    return JSONResponse(
+        error_body(error, sie_sdk=sie_sdk), status_code=error.status, headers=error_headers(error)
+    )
 
 
 async def send_error(send: Send, error: SieError) -> None:
-    body = json.dumps(error.body()).encode()
+    body = json.dumps(error_body(error)).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
     ]
-    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error_headers(error).items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -46,7 +91,7 @@ def sse_error_event(error: SieError) -> bytes:
 
 async def _sie_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SieError)
-    return error_response(exc)
+    return error_response(exc, sie_sdk=from_sie_sdk(request.headers))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -2,7 +2,8 @@
 
 A request without one gets a fresh id (32 hex digits) before any route runs, written into
 its headers, so every hop behind this one (slot router, worker, engine) sees the same id;
-the answer carries it back, errors included.
+the answer carries it back, errors included, also as ``X-SIE-Request-ID`` (where sie-sdk
+reads a request's id).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ __all__ = ["REQUEST_ID_HEADER", "RequestId"]
 
 REQUEST_ID_HEADER = "x-request-id"
 _HEADER = REQUEST_ID_HEADER.encode()
+_SIE_HEADER = b"x-sie-request-id"
 
 
 class RequestId:
@@ -34,8 +36,10 @@ class RequestId:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 answer: list[tuple[bytes, bytes]] = list(message.get("headers", []))
-                if not any(k.lower() == _HEADER for k, _ in answer):
-                    message = {**message, "headers": [*answer, (_HEADER, request_id)]}
+                names = {k.lower() for k, _ in answer}
+                added = [(k, request_id) for k in (_HEADER, _SIE_HEADER) if k not in names]
+                if added:
+                    message = {**message, "headers": [*answer, *added]}
             await send(message)
 
         await self.app(scope, receive, send_with_id)

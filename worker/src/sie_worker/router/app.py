@@ -1,10 +1,13 @@
 """The pod's slot router (``sie-worker route``): one endpoint in front of the pod's workers.
 
 Each slot is one worker on a localhost port. OpenAI requests go to the slot the policy in
-:mod:`sie_worker.router.policy` picks for their ``model``; model management calls go to a
+:mod:`sie_worker.router.policy` picks for their ``model``, and so do SIE's native ones
+(``/v1/encode``, ``/v1/score``, ``/v1/generate``), whose model is in the path (resolved as
+SIE resolves it, :mod:`sie_worker.sie_api.ids`); model management calls go to a
 slot named by ``?slot=N`` or ``X-SIE-Slot: N``, else to where the model lives (``load``
 and ``pin`` of a model that lives nowhere go where a request would). ``/v1/models`` and
-``/v1/devices`` merge every slot's answer and say which slot serves what.
+``/v1/devices`` merge every slot's answer and say which slot serves what (``/v1/models``
+with SIE's ``models`` list merged too).
 """
 
 from __future__ import annotations
@@ -43,10 +46,14 @@ from sie_worker.router.relay import (
 from sie_worker.router.request import SLOT_HEADER, model_of, named_slot, read_body, request_target
 from sie_worker.router.settings import RouterSettings
 from sie_worker.router.state import RoutingPolicy, SlotTable
+from sie_worker.sie_api.ids import resolve_model_id
+from sie_worker.sie_api.models import merge_model_infos, model_detail
 
 __all__ = ["SLOT_HEADER", "build_client", "create_router_app"]
 
 _OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+# SIE's native routes; the model is in the path ('/' written '__' for generate).
+_SIE_PATHS = ("/v1/encode/{model:path}", "/v1/score/{model:path}", "/v1/generate/{model:path}")
 _ACTIONS = ("load", "unload", "pin", "unpin")
 _Pick = Callable[[frozenset[int]], Awaitable[Decision]]  # slot choice, given slots to avoid
 
@@ -76,6 +83,7 @@ def create_router_app(
         Route("/v1/devices", router.list_devices, methods=["GET"]),
         Route("/v1/models/{rest:path}", router.model_call, methods=["GET", "POST"]),
         *[Route(p, router.openai, methods=["POST"]) for p in _OPENAI_PATHS],
+        *[Route(p, router.sie, methods=["POST"]) for p in _SIE_PATHS],
         Route("/v1/configs", router.configs, methods=["GET"]),
         Route("/v1/configs/{rest:path}", router.configs, methods=["GET", "PUT", "DELETE"]),
         Route("/v1/{rest:path}", router.passthrough, methods=["GET", "POST", "PUT", "DELETE"]),
@@ -86,6 +94,7 @@ def create_router_app(
         exception_handlers=dict(EXCEPTION_HANDLERS),
         lifespan=router.lifespan,
     )
+    app.router.redirect_slashes = False  # why: clients such as sie-sdk follow no redirect
     app.state.table = router.table
     return app
 
@@ -143,9 +152,11 @@ class _Router:
 
     async def list_models(self, request: Request) -> Response:
         answers = await self._ask_all("/v1/models", request)
-        return JSONResponse(
-            {"object": "list", "data": merge_models(answers), "slots": self._slot_summaries()}
+        infos = merge_model_infos(
+            a["models"] for a in answers.values() if isinstance(a.get("models"), list)
         )
+        body = {"object": "list", "data": merge_models(answers), "models": infos}
+        return JSONResponse({**body, "slots": self._slot_summaries()})
 
     async def list_devices(self, request: Request) -> Response:
         answers = await self._ask_all("/v1/devices", request)
@@ -177,10 +188,16 @@ class _Router:
 
     async def _get_model(self, model: str, request: Request) -> Response:
         answers = await self._ask_all("/v1/models", request)
-        for entry in merge_models(answers):
-            if entry.get("id") == model:
-                return JSONResponse(entry)
-        raise UnknownModel(f"model {model!r} is not configured on any slot of this pod")
+        entries = {e["id"]: e for e in merge_models(answers)}
+        model_id = resolve_model_id(model, entries)
+        if model_id is None:
+            raise UnknownModel(f"model {model!r} is not configured on any slot of this pod")
+        infos = merge_model_infos(
+            a["models"] for a in answers.values() if isinstance(a.get("models"), list)
+        )
+        info = next((i for i in infos if _names(i, model_id)), None)
+        entry = entries[model_id]
+        return JSONResponse(entry if info is None else model_detail(entry, info))
 
     # -- OpenAI requests and the rest ----------------------------------------------------
 
@@ -194,6 +211,22 @@ class _Router:
         if named is not None:
             return self._relay(upstream, self._to_named(named))
         await self._first_poll()
+        return self._relay(upstream, self._by_policy(model))
+
+    async def sie(self, request: Request) -> Response:
+        """An SIE request: routed like an OpenAI one, by the model its path names."""
+        generate = request.url.path.startswith("/v1/generate/")
+        await self._first_poll()
+        asked = request.path_params["model"]
+        known = {m for view in self.table.views() for m in view.models}
+        model = resolve_model_id(asked, known, generate=generate) or asked
+        upstream = await self._upstream(request, model=None)
+        upstream = Upstream(
+            upstream.method, upstream.target, upstream.headers, upstream.body, model
+        )
+        named = named_slot(request, self.settings.slot_count)
+        if named is not None:
+            return self._relay(upstream, self._to_named(named))
         return self._relay(upstream, self._by_policy(model))
 
     async def configs(self, request: Request) -> Response:
@@ -343,3 +376,16 @@ class _Router:
             }
             for s in self.table.slots
         ]
+
+
+def _names(info: dict[str, Any], model_id: str) -> bool:
+    """Whether SIE's ModelInfo ``info`` is the config of served model ``model_id``."""
+    name = info.get("name")
+    if name == model_id:
+        return True
+    profiles = info.get("profiles")
+    return (
+        isinstance(name, str)
+        and isinstance(profiles, dict)
+        and any(model_id == f"{name}:{p}" for p in profiles)
+    )

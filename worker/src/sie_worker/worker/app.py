@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -18,28 +16,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sie_worker.config.model import ModelConfig, served_models
-from sie_worker.config.runtime import request_runtime
-from sie_worker.errors import (
-    InvalidRequest,
-    UnknownModel,
-)
+from sie_worker.errors import UnknownModel
 from sie_worker.http.auth import BearerAuth
 from sie_worker.http.body_limit import BodyLimit
 from sie_worker.http.errors import EXCEPTION_HANDLERS
-from sie_worker.http.request_id import REQUEST_ID_HEADER, RequestId
+from sie_worker.http.request_id import RequestId
 from sie_worker.settings import Settings
+from sie_worker.sie_api.ids import resolve_model_id
+from sie_worker.sie_api.models import model_detail, model_info, model_infos
 from sie_worker.worker import openapi
 from sie_worker.worker.config_store import ConfigStore, parse_body, plain
+from sie_worker.worker.inference import SIE_PATHS, openai_request, sie_request
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.metrics import WorkerMetrics
-from sie_worker.worker.proxy import forward
-from sie_worker.worker.request import (
-    ENDPOINT_TASKS,
-    prefer_wait,
-    read_payload,
-    served_id,
-    task_of,
-)
+from sie_worker.worker.records import ModelRecord
+from sie_worker.worker.request import ENDPOINT_TASKS
 
 __all__ = ["create_app"]
 
@@ -91,7 +82,8 @@ def create_app(
         Route("/v1/models/{model_id:path}/pin", _pin, methods=["POST"]),
         Route("/v1/models/{model_id:path}/unpin", _unpin, methods=["POST"]),
         Route("/v1/models/{model_id:path}", _get_model, methods=["GET"]),
-        *[Route(path, _openai, methods=["POST"]) for path in ENDPOINT_TASKS],
+        *[Route(path, openai_request, methods=["POST"]) for path in ENDPOINT_TASKS],
+        *[Route(path, sie_request, methods=["POST"]) for path in SIE_PATHS.values()],
         Route("/v1/configs", _list_configs, methods=["GET"]),
         Route("/v1/configs/{sie_id:path}", _get_config, methods=["GET"]),
         Route("/v1/configs/{sie_id:path}", _put_config, methods=["PUT"]),
@@ -107,6 +99,8 @@ def create_app(
         exception_handlers=dict(EXCEPTION_HANDLERS),
         lifespan=lifespan,
     )
+    # why: never answer with a redirect (sie-sdk follows none; a POST would not survive one)
+    app.router.redirect_slashes = False
     app.state.settings = settings
     app.state.manager = manager
     app.state.store = store
@@ -147,13 +141,25 @@ def _manager(request: Request) -> ModelManager:
     return manager
 
 
+def _states(manager: ModelManager) -> dict[str, tuple[Any, str | None]]:
+    return {r.id: (r.state, r.error) for r in manager.records.values()}
+
+
 async def _list_models(request: Request) -> Response:
-    return JSONResponse({"object": "list", "data": _manager(request).model_entries()})
+    """OpenAI's ``data`` (one entry per served model) and SIE's ``models`` (per config)."""
+    manager = _manager(request)
+    infos = model_infos(manager.configs().values(), _states(manager))
+    return JSONResponse({"object": "list", "data": manager.model_entries(), "models": infos})
 
 
 async def _get_model(request: Request) -> Response:
+    """One served model: its entry and its config's SIE ModelInfo (ids resolve as SIE's)."""
     manager = _manager(request)
-    return JSONResponse(manager.model_entry(manager.record(request.path_params["model_id"])))
+    asked = request.path_params["model_id"]
+    model_id = resolve_model_id(asked, manager.records)
+    record: ModelRecord = manager.record(model_id if model_id is not None else asked)
+    info = model_info(record.served.config, _states(manager))
+    return JSONResponse(model_detail(manager.model_entry(record), info))
 
 
 async def _list_devices(request: Request) -> Response:
@@ -174,40 +180,6 @@ async def _pin(request: Request) -> Response:
 
 async def _unpin(request: Request) -> Response:
     return JSONResponse(await _manager(request).unpin(request.path_params["model_id"]))
-
-
-# --- OpenAI requests ---------------------------------------------------------------------
-
-
-async def _openai(request: Request) -> Response:
-    """parse -> the served model that answers -> a lease on its engine -> forward."""
-    started = time.monotonic()
-    manager = _manager(request)
-    path = request.url.path
-    body = await request.body()
-    payload = read_payload(body)
-    asked = manager.record(payload["model"])
-    model_id = served_id(asked.served.config, asked.id, payload)
-    if model_id != asked.id:
-        body = json.dumps({**payload, "model": model_id}).encode()
-    record = manager.record(model_id)
-    task = task_of(path)
-    if task not in record.served.config.tasks:
-        raise InvalidRequest(
-            f"{model_id} does not serve {path}: its config declares tasks "
-            f"{sorted(record.served.config.tasks)}, not {task!r}"
-        )
-    lease = await manager.acquire(model_id, started=started, wait_s=prefer_wait(request.headers))
-    return await forward(
-        request.app.state.http,
-        lease,
-        path,
-        body,
-        request.headers,
-        stream=payload.get("stream") is True,
-        request_id=request.headers[REQUEST_ID_HEADER],
-        runtime=request_runtime(record.served),
-    )
 
 
 # --- Config API --------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The worker's OpenAPI 3.1 description, served at ``/openapi.json``."""
+"""The worker's OpenAPI 3.1 description, served at ``/openapi.json``: the OpenAI routes and
+SIE's native ones (``/v1/encode``, ``/v1/score``, ``/v1/generate``) that sie-sdk calls."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 from sie_worker._version import __version__
 from sie_worker.model_states import MODEL_STATES
+from sie_worker.sie_api.models import SIE_STATES
+from sie_worker.sie_api.openapi import SIE_SCHEMAS, sie_paths
 
 __all__ = ["spec"]
 
@@ -29,7 +32,8 @@ _CONFIG_ID = {
 def _errors(*statuses: int) -> dict[str, Any]:
     return {
         str(s): {
-            "description": "Error",
+            "description": "Error (JSON whatever the Accept; SIE's code in X-SIE-Error-Code)",
+            "headers": {"X-SIE-Error-Code": {"schema": {"type": "string"}}},
             "content": {"application/json": {"schema": _ERROR}},
         }
         for s in statuses
@@ -141,12 +145,33 @@ def spec() -> dict[str, Any]:
                 },
                 "ModelList": {
                     "type": "object",
-                    "required": ["object", "data"],
+                    "required": ["object", "data", "models"],
                     "properties": {
                         "object": {"const": "list"},
                         "data": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}},
+                        "models": {
+                            "description": "SIE's view: one ModelInfo per config",
+                            "type": "array",
+                            "items": {"$ref": "#/components/schemas/ModelInfo"},
+                        },
                     },
                 },
+                "ModelDetail": {
+                    "description": (
+                        "A served model's entry and its config's ModelInfo; state and loaded "
+                        "are this served model's in SIE's words, worker_state in ours"
+                    ),
+                    "type": "object",
+                    "required": ["id", "name", "state", "loaded", "worker_state"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "name": {"type": "string"},
+                        "state": {"enum": sorted(set(SIE_STATES.values()))},
+                        "loaded": {"type": "boolean"},
+                        "worker_state": {"enum": list(MODEL_STATES)},
+                    },
+                },
+                **SIE_SCHEMAS,
                 "DeviceList": {
                     "type": "object",
                     "required": ["devices"],
@@ -227,10 +252,10 @@ def spec() -> dict[str, Any]:
             },
             "/v1/models/{model_id}": {
                 "get": {
-                    "summary": "One served model",
+                    "summary": "One served model, with SIE's ModelInfo",
                     "parameters": [_MODEL_ID],
                     "responses": {
-                        "200": _json({"$ref": "#/components/schemas/Model"}),
+                        "200": _json({"$ref": "#/components/schemas/ModelDetail"}),
                         **_errors(401, 404),
                     },
                 }
@@ -251,6 +276,7 @@ def spec() -> dict[str, Any]:
             "/v1/chat/completions": _openai("Chat completions"),
             "/v1/completions": _openai("Completions"),
             "/v1/embeddings": _openai("Embeddings"),
+            **sie_paths(_errors),
             "/v1/configs": {
                 "get": {
                     "summary": "Model configs known to the worker",

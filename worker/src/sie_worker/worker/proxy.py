@@ -16,6 +16,10 @@ silence, with the read cap), ``overall_timeout_s`` (the whole answer). Past one,
 fails with ``engine_timeout`` (504, or an SSE error event once a stream has started) and
 the worker closes the engine connection, which makes SGLang abort the request; the engine
 keeps running.
+
+A request of SIE's native API passes an ``answer`` (the engine's JSON answer -> the client's
+response) or ``events`` (a translator of each batch of events); without them the engine's
+answer is relayed as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 
 import httpx
 from starlette.background import BackgroundTask
@@ -39,6 +44,7 @@ from sie_worker.errors import (
 )
 from sie_worker.http.errors import sse_error_event
 from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.sie_api.call import Answer, Events, EventTranslator
 from sie_worker.worker.deadlines import DeadlineHit, Deadlines
 from sie_worker.worker.records import Lease
 
@@ -64,10 +70,13 @@ async def forward(
     stream: bool,
     request_id: str,
     runtime: RequestRuntime | None = None,
+    answer: Answer | None = None,
+    events: Events | None = None,
 ) -> Response:
     """Send ``body`` to the engine's ``path``; the lease is released when the answer is done.
     Streams go over their own connection (:mod:`sie_worker.http.stream_client`), everything else
-    through ``client``'s pool. ``runtime`` is the served model's (body rewrite, timeouts)."""
+    through ``client``'s pool. ``runtime`` is the served model's (body rewrite, timeouts);
+    ``answer`` / ``events`` translate the engine's answer."""
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
     upstream_headers["x-request-id"] = request_id
     reply_headers = {"x-request-id": request_id}
@@ -77,7 +86,10 @@ async def forward(
     if runtime is not None:
         body = runtime.rewrite(path, body)
     if stream:
-        return await _forward_stream(lease, path, body, upstream_headers, reply_headers, limits)
+        translate = events(lease.model) if events is not None else None
+        return await _forward_stream(
+            lease, path, body, upstream_headers, reply_headers, limits, translate
+        )
     timeout = httpx.Timeout(
         connect=_CONNECT_TIMEOUT_S,
         read=limits.read_s,
@@ -94,7 +106,7 @@ async def forward(
                 content = await limits.overall(upstream.aread())
             finally:
                 await upstream.aclose()
-            return _reply(lease, upstream.status_code, content, reply_headers)
+            return _reply(lease, upstream.status_code, content, reply_headers, answer)
     finally:
         lease.release()
 
@@ -106,6 +118,7 @@ async def _forward_stream(
     upstream_headers: dict[str, str],
     reply_headers: dict[str, str],
     limits: Deadlines,
+    translate: EventTranslator | None,
 ) -> Response:
     try:
         with _failure_status(lease), _translate(lease, limits):
@@ -144,15 +157,21 @@ async def _forward_stream(
     lease.status = "200"
     reply_headers.update({"cache-control": "no-cache", "x-accel-buffering": "no"})
     return StreamingResponse(
-        _relay_events(upstream, lease, limits, first),
+        _relay_events(upstream, lease, limits, first, translate),
         media_type="text/event-stream",
         headers=reply_headers,
         background=BackgroundTask(_close, upstream, lease),
     )
 
 
-def _reply(lease: Lease, status: int, content: bytes, headers: dict[str, str]) -> Response:
-    response = _json_reply(lease, status, content, headers)
+def _reply(
+    lease: Lease,
+    status: int,
+    content: bytes,
+    headers: dict[str, str],
+    answer: Answer | None = None,
+) -> Response:
+    response = _json_reply(lease, status, content, headers, answer)
     lease.status = str(response.status_code)
     return response
 
@@ -203,15 +222,25 @@ def _translate(lease: Lease, limits: Deadlines) -> Iterator[None]:
         ) from exc
 
 
-def _json_reply(lease: Lease, status: int, content: bytes, headers: dict[str, str]) -> Response:
+def _json_reply(
+    lease: Lease,
+    status: int,
+    content: bytes,
+    headers: dict[str, str],
+    answer: Answer | None,
+) -> Response:
     if status >= 400:
         raise _engine_error(lease, status, content)
     try:
-        json.loads(content)
+        payload: Any = json.loads(content)
     except ValueError as exc:
         raise EngineUnavailable(
             f"{lease.model}: engine answered {status} with a body that is not JSON"
         ) from exc
+    if answer is not None:
+        response = answer(payload, lease.model)
+        response.headers.update(headers)
+        return response
     return Response(content, status_code=status, media_type="application/json", headers=headers)
 
 
@@ -256,11 +285,16 @@ def _ends_with_done(chunk: bytes, previous: bytes) -> bool:
 
 
 async def _relay_events(
-    upstream: StreamResponse, lease: Lease, limits: Deadlines | None = None, first: bytes = b""
+    upstream: StreamResponse,
+    lease: Lease,
+    limits: Deadlines | None = None,
+    first: bytes = b"",
+    translate: EventTranslator | None = None,
 ) -> AsyncIterator[bytes]:
-    """Yield whole SSE events as they arrive; end with an error event if the engine fails.
-    Everything that arrived since the last write leaves in one write: a write costs about
-    the same for one event as for a hundred. ``first`` is what was read before answering."""
+    """Yield whole SSE events as they arrive (through ``translate`` when given); end with an
+    error event if the engine fails. Everything that arrived since the last write leaves in
+    one write: a write costs about the same for one event as for a hundred. ``first`` is what
+    was read before answering."""
     pending = b""
     limits = limits or Deadlines(lease.read_timeout_s, Timeouts())
     try:
@@ -280,7 +314,12 @@ async def _relay_events(
                     if problem is not None:
                         yield _malformed(lease, problem)
                         return
-                    yield events
+                    if translate is None:
+                        yield events
+                    else:
+                        translated = translate(events)
+                        if translated:
+                            yield translated
                 if upstream.drained:
                     if upstream.error is not None:
                         raise upstream.error

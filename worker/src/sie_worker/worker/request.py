@@ -6,8 +6,11 @@
   :func:`~sie_worker.config.grammar_routing.grammar_profile_for` names (the model's
   ``grammar_profile`` unless the profile it was sent to enforces grammars already); every
   other request is served by the model it names;
-- :func:`task_of`: the task an endpoint needs (``generate`` or ``encode``);
-- :func:`prefer_wait`: ``Prefer: wait=N`` (RFC 7240), how long the client waits for a load.
+- :func:`task_of`: the task an engine endpoint needs (``generate``, ``encode``, ``score``);
+- :func:`load_wait`: how long a request waits for its model to load: ``Prefer: wait=N``
+  (RFC 7240) when sent; else, for SIE's native routes and for sie-sdk (``X-SIE-SDK-Version``),
+  :data:`SIE_CLIENT_LOAD_WAIT_S`, since sie-sdk reads for at most 150 s, never retries a read
+  timeout, and retries a 503 ``MODEL_LOADING`` after its ``Retry-After``; else until loaded.
 """
 
 from __future__ import annotations
@@ -21,9 +24,13 @@ from sie_worker.config.grammar_routing import grammar_profile_for
 from sie_worker.config.model import DEFAULT_PROFILE, ModelConfig
 from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.errors import InvalidRequest
+from sie_worker.http.errors import from_sie_sdk
 
 __all__ = [
     "ENDPOINT_TASKS",
+    "ENGINE_TASKS",
+    "SIE_CLIENT_LOAD_WAIT_S",
+    "load_wait",
     "prefer_wait",
     "read_payload",
     "served_id",
@@ -35,6 +42,9 @@ ENDPOINT_TASKS: Mapping[str, str] = {
     "/v1/completions": "generate",
     "/v1/embeddings": "encode",
 }
+# The engine endpoints the worker calls: the OpenAI ones, and SGLang's rerank (SIE's score).
+ENGINE_TASKS: Mapping[str, str] = {**ENDPOINT_TASKS, "/v1/rerank": "score"}
+SIE_CLIENT_LOAD_WAIT_S = 120.0
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
@@ -48,7 +58,9 @@ def read_payload(body: bytes) -> dict[str, Any]:
         raise InvalidRequest("the request body must be a JSON object")
     model = payload.get("model")
     if not isinstance(model, str) or not model:
-        raise InvalidRequest("the request body needs a 'model' string (see GET /v1/models)")
+        raise InvalidRequest(
+            "the request body needs a 'model' string (see GET /v1/models)", param="model"
+        )
     return payload
 
 
@@ -64,7 +76,17 @@ def served_id(config: ModelConfig, model_id: str, payload: Mapping[str, Any]) ->
 
 
 def task_of(path: str) -> str:
-    return ENDPOINT_TASKS[path]
+    return ENGINE_TASKS[path]
+
+
+def load_wait(headers: Mapping[str, str], *, sie_route: bool) -> float | None:
+    """Seconds the request waits for a load (None: until the model is ready)."""
+    asked = prefer_wait(headers)
+    if asked is not None:
+        return asked
+    if sie_route or from_sie_sdk(headers):
+        return SIE_CLIENT_LOAD_WAIT_S
+    return None
 
 
 def prefer_wait(headers: Mapping[str, str]) -> float | None:

@@ -1,0 +1,57 @@
+"""Which served model an SIE request names. Pure.
+
+sie-sdk puts the model in the path: raw for encode, score and ``GET /v1/models/{model}``
+(``BAAI/bge-m3``), with ``/`` written ``__`` for generate (``Qwen__Qwen3-4B``). Either may
+end in ``:<profile>``, and encode, generate (``options.profile``) and score
+(``options.profile``) may name the profile in the body instead. SIE's rules:
+
+- the exact id first; ``<id>:default`` is ``<id>``;
+- for generate, then the id with ``__`` turned back into ``/``;
+- then a case-insensitive match, when exactly one served id matches;
+- a profile in the body applies to an id that names none; naming two different
+  profiles is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sie_worker.config.model import DEFAULT_PROFILE
+from sie_worker.errors import InvalidRequest
+
+__all__ = ["resolve_model_id", "with_profile"]
+
+
+def with_profile(asked: str, profile: str | None, *, field: str = "options.profile") -> str:
+    """``asked`` with the body's profile applied (:class:`InvalidRequest` if both differ)."""
+    if profile is None or profile == "":
+        return asked
+    base, sep, named = asked.partition(":")
+    if sep and named not in (profile, ""):
+        raise InvalidRequest(
+            f"{field}: the path names profile {named!r} and the body {profile!r}; name one",
+            param=field,
+        )
+    return base if profile == DEFAULT_PROFILE else f"{base}:{profile}"
+
+
+def resolve_model_id(asked: str, known: Collection[str], *, generate: bool = False) -> str | None:
+    """The served id among ``known`` that ``asked`` names, or None."""
+    for candidate in _spellings(asked, generate):
+        if candidate in known:
+            return candidate
+    for candidate in _spellings(asked, generate):
+        folded = candidate.casefold()
+        matches = [k for k in known if k.casefold() == folded]
+        if len(matches) == 1:
+            return matches[0]
+    return None
+
+
+def _spellings(asked: str, generate: bool) -> list[str]:
+    default_suffix = ":" + DEFAULT_PROFILE
+    bare = asked[: -len(default_suffix)] if asked.endswith(default_suffix) else asked
+    spellings = [asked, bare]
+    if generate:
+        spellings += [s.replace("__", "/") for s in (asked, bare)]
+    return list(dict.fromkeys(spellings))

@@ -1,0 +1,87 @@
+"""Dense vectors between the engines and SIE: float32 bytes from an OpenAI embedding, the
+``output_dtype`` conversions SIE defines, cosine similarity. Pure; no numpy.
+
+``output_dtype`` as sie-server computes it: ``float32``; ``float16``; ``int8`` symmetric
+(``round(x / max|x| * 127)``, zeros stay zeros); ``uint8`` linear over the vector's range
+(``round((x - min) / (max - min) * 255)``, a constant vector is all 128); ``binary`` and
+``ubinary`` one bit per dimension (``x > 0``), packed most significant bit first.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import binascii
+import math
+import struct
+import sys
+from collections.abc import Sequence
+
+from sie_worker.sie_api.codec import Array
+
+__all__ = ["OUTPUT_DTYPES", "convert", "cosine", "float32_bytes", "floats"]
+
+OUTPUT_DTYPES = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
+
+
+def float32_bytes(embedding: object) -> bytes | None:
+    """Little-endian float32 bytes of an OpenAI ``embedding`` (base64 or a list of numbers);
+    None when it is neither."""
+    if isinstance(embedding, str):
+        try:
+            data = base64.b64decode(embedding, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        return data if len(data) % 4 == 0 and data else None
+    if isinstance(embedding, list) and embedding:
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in embedding):
+            return None
+        values = array.array("f", embedding)
+        if sys.byteorder == "big":  # pragma: no cover - the wire format is little-endian
+            values.byteswap()
+        return values.tobytes()
+    return None
+
+
+def floats(data: bytes) -> list[float]:
+    values = array.array("f", data)
+    if sys.byteorder == "big":  # pragma: no cover
+        values.byteswap()
+    return values.tolist()
+
+
+def convert(data: bytes, output_dtype: str) -> tuple[Array, str]:
+    """The vector of float32 ``data`` as SIE's ``output_dtype``, and the ``dtype`` word."""
+    dims = len(data) // 4
+    if output_dtype == "float32":
+        return Array("<f4", (dims,), data), "float32"
+    values = floats(data)
+    if output_dtype == "float16":
+        return Array("<f2", (dims,), struct.pack(f"<{dims}e", *values)), "float16"
+    if output_dtype == "int8":
+        scale = max((abs(v) for v in values), default=0.0)
+        ints = [0] * dims if scale == 0 else [_round(v / scale * 127) for v in values]
+        return Array("|i1", (dims,), array.array("b", ints).tobytes()), "int8"
+    if output_dtype == "uint8":
+        low, high = min(values), max(values)
+        span = high - low
+        ints = [128] * dims if span == 0 else [_round((v - low) / span * 255) for v in values]
+        return Array("|u1", (dims,), bytes(ints)), "uint8"
+    if output_dtype in ("binary", "ubinary"):
+        packed = bytearray((dims + 7) // 8)
+        for i, v in enumerate(values):
+            if v > 0:
+                packed[i // 8] |= 0x80 >> (i % 8)
+        return Array("|u1", (len(packed),), bytes(packed)), "binary"
+    raise ValueError(f"unknown output_dtype {output_dtype!r}")
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = math.fsum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(math.fsum(x * x for x in a)) * math.sqrt(math.fsum(y * y for y in b))
+    return dot / norm if norm > 0 else 0.0
+
+
+def _round(value: float) -> int:
+    # numpy's round: half to even, as sie-server's quantisers round
+    return round(value)

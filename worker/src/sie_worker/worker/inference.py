@@ -1,0 +1,170 @@
+"""The worker's one inference path, for the OpenAI routes and SIE's native ones alike:
+
+    read the request -> the served model that answers it -> a lease on its engine -> forward
+
+An OpenAI request is relayed as it is (its ``model`` set to the served id when grammar
+routing picked another). An SIE request (``/v1/encode``, ``/v1/score``, ``/v1/generate``,
+the model in the path) is read by :mod:`sie_worker.sie_api`, which says which engine request
+serves it and how the answer comes back. Both then share placement, loading, pins, limits,
+leases, metrics and errors.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sie_worker.config.adapters import UnknownAdapter
+from sie_worker.config.loadtime import adapter_of
+from sie_worker.config.model import ServedModel
+from sie_worker.config.runtime import request_runtime
+from sie_worker.errors import InvalidRequest, ModelLoading, UnknownModel
+from sie_worker.http.request_id import REQUEST_ID_HEADER
+from sie_worker.settings import Settings
+from sie_worker.sie_api.call import EngineCall
+from sie_worker.sie_api.codec import decode_body, wants_json
+from sie_worker.sie_api.encode import encode_call, parse_encode
+from sie_worker.sie_api.generate import generate_call, lora_path, parse_generate
+from sie_worker.sie_api.ids import resolve_model_id, with_profile
+from sie_worker.sie_api.score import parse_score, score_call
+from sie_worker.worker.manager import ModelManager
+from sie_worker.worker.proxy import forward
+from sie_worker.worker.records import ModelRecord
+from sie_worker.worker.request import load_wait, read_payload, served_id, task_of
+
+__all__ = ["SIE_PATHS", "openai_request", "resolve_sie_model", "sie_request"]
+
+# SIE's native inference routes (the model in the path may contain '/').
+SIE_PATHS = {
+    "encode": "/v1/encode/{model:path}",
+    "score": "/v1/score/{model:path}",
+    "generate": "/v1/generate/{model:path}",
+}
+
+
+async def openai_request(request: Request) -> Response:
+    """An OpenAI request. Its ``model`` resolves as SIE's ids do (exactly first), and
+    sie-sdk's ``lora_adapter`` becomes SGLang's ``lora_path`` (SGLang drops unknown fields)."""
+    started = time.monotonic()
+    body = await request.body()
+    payload = read_payload(body)
+    manager = _manager(request)
+    named = payload["model"]
+    asked = manager.record(resolve_model_id(named, manager.records) or named)
+    raw: bytes | None = body if asked.id == named else None
+    adapter = payload.get("lora_adapter")
+    if adapter is not None:
+        if not isinstance(adapter, str) or not adapter:
+            raise InvalidRequest("lora_adapter: must be a nonempty string", param="lora_adapter")
+        payload = {k: v for k, v in payload.items() if k != "lora_adapter"}
+        payload["lora_path"] = lora_path(asked.served, adapter)
+        raw = None
+    call = EngineCall(request.url.path, payload, stream=payload.get("stream") is True)
+    return await _serve(request, asked, call, started, raw=raw, sie=False)
+
+
+async def sie_request(request: Request) -> Response:
+    started = time.monotonic()
+    route = request.url.path.split("/", 3)[2]  # /v1/<route>/<model>
+    data = decode_body(await request.body(), request.headers.get("content-type"))
+    manager = _manager(request)
+    settings: Settings = request.app.state.settings
+    as_json = wants_json(request.headers.get("accept"))
+    model = request.path_params["model"]
+    headers: dict[str, str] = {}
+    call: EngineCall
+    if route == "encode":
+        encode = parse_encode(data)
+        asked = resolve_sie_model(manager, model, encode.profile)
+        engine = _engine(asked.served, settings)
+        call = encode_call(encode, asked.served, engine=engine, as_json=as_json, headers=headers)
+    elif route == "score":
+        score = parse_score(data)
+        asked = resolve_sie_model(manager, model, score.profile)
+        engine = _engine(asked.served, settings)
+        call = score_call(score, asked.served, engine=engine, as_json=as_json, headers=headers)
+    else:
+        generate = parse_generate(data)
+        asked = resolve_sie_model(manager, model, generate.profile, generate=True)
+        call = generate_call(
+            generate, asked.served, request_id=request.headers[REQUEST_ID_HEADER], started=started
+        )
+    return await _serve(request, asked, call, started, raw=None, sie=True)
+
+
+def resolve_sie_model(
+    manager: ModelManager, model: str, profile: str | None, *, generate: bool = False
+) -> ModelRecord:
+    """The record an SIE path names (:mod:`sie_worker.sie_api.ids`)."""
+    model_id = resolve_model_id(with_profile(model, profile), manager.records, generate=generate)
+    if model_id is None:
+        raise UnknownModel(
+            f"model {model!r} is not configured here; GET /v1/models lists the models"
+        )
+    return manager.record(model_id)
+
+
+async def _serve(
+    request: Request,
+    asked: ModelRecord,
+    call: EngineCall,
+    started: float,
+    *,
+    raw: bytes | None,
+    sie: bool,
+) -> Response:
+    """Grammar routing, the task check, a lease, then the engine. ``raw``: the client's
+    body, relayed unchanged when the served model is the one it names (None: rewrite it);
+    ``sie``: a request of SIE's native API (its body is the engine's JSON, not the client's)."""
+    manager = _manager(request)
+    model_id = served_id(asked.served.config, asked.id, call.payload)
+    record = manager.record(model_id)
+    task = task_of(call.path)
+    if task not in record.served.config.tasks:
+        raise InvalidRequest(
+            f"{model_id} does not serve {request.url.path}: its config declares tasks "
+            f"{sorted(record.served.config.tasks)}, not {task!r}"
+        )
+    if raw is not None and model_id == asked.id:
+        body = raw
+    else:
+        body = json.dumps({**call.payload, "model": model_id}).encode()
+    headers: Any = {"content-type": "application/json"} if sie else request.headers
+    wait_s = load_wait(request.headers, sie_route=sie)
+    try:
+        lease = await manager.acquire(model_id, started=started, wait_s=wait_s)
+    except ModelLoading as exc:
+        raise ModelLoading(
+            f"{model_id} is still loading after {wait_s:g} s; retry after Retry-After "
+            "(sie-sdk does), or send 'Prefer: wait=N' to wait up to N s",
+            retry_after_s=int(exc.headers.get("Retry-After", "5")),
+        ) from None
+    return await forward(
+        request.app.state.http,
+        lease,
+        call.path,
+        body,
+        headers,
+        stream=call.stream,
+        request_id=request.headers[REQUEST_ID_HEADER],
+        runtime=request_runtime(record.served),
+        answer=call.answer,
+        events=call.events,
+    )
+
+
+def _manager(request: Request) -> ModelManager:
+    manager: ModelManager = request.app.state.manager
+    return manager
+
+
+def _engine(served: ServedModel, settings: Settings) -> str:
+    """The engine kind serving ``served`` ("sglang" or "transformers")."""
+    try:
+        return adapter_of(served, settings).engine
+    except UnknownAdapter:
+        return "sglang"  # the load refuses the adapter; the request never reaches an engine
