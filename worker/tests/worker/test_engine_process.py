@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 
 import httpx
@@ -111,3 +112,41 @@ async def test_engine_ignoring_sigterm_is_killed_after_the_grace_period(
 async def test_a_missing_engine_binary_is_a_load_failure() -> None:
     with pytest.raises(LoadFailed, match="cannot start engine"):
         await EngineProcess.start("org/m", ["/nonexistent/engine"], {}, 1)
+
+
+class _Listed:
+    """A psutil.Process stand-in whose sockets cannot be listed for ``reason``."""
+
+    def __init__(self, pid: int, reason: psutil.Error) -> None:
+        self.pid = pid
+        self._reason = reason
+
+    def children(self, recursive: bool = False) -> list[_Listed]:
+        return []
+
+    def net_connections(self, kind: str = "inet") -> list[object]:
+        raise self._reason
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("reason", "owns"),
+    [
+        # Exited but not yet reaped: it listens on nothing, so a 200 came from another process.
+        (psutil.ZombieProcess(1), False),
+        (psutil.NoSuchProcess(1), False),
+        # Not allowed to look: unknowable, so the engine's answer is believed.
+        (psutil.AccessDenied(1), True),
+    ],
+)
+async def test_an_engine_that_exited_unreaped_does_not_own_its_port_but_a_hidden_one_might(
+    monkeypatch: pytest.MonkeyPatch, reason: psutil.Error, owns: bool
+) -> None:
+    argv = [sys.executable, "-c", "import time; time.sleep(30)"]
+    engine = await EngineProcess.start("org/m", argv, _env(), free_port())
+    try:
+        monkeypatch.setattr(psutil, "Process", lambda pid: _Listed(pid, reason))
+        assert engine._owns_port() is owns
+    finally:
+        monkeypatch.undo()
+        await engine.stop(5)

@@ -287,7 +287,10 @@ class EngineProcess:
         for process in processes:
             try:
                 sockets = process.net_connections(kind="tcp")
-            except psutil.Error:
+            except psutil.NoSuchProcess:  # exited (a zombie too): it listens on nothing
+                inspected = True
+                continue
+            except psutil.Error:  # access denied: unknowable
                 continue
             inspected = True
             if any(s.status == psutil.CONN_LISTEN and s.laddr.port == self.port for s in sockets):
