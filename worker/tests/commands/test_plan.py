@@ -212,7 +212,7 @@ def test_an_sie_adapter_this_image_does_not_run_is_refused_naming_its_bundle(
 def test_a_model_complete_in_the_cache_is_planned_from_its_snapshot(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from sie_worker.worker.weights import _mark_complete
+    from sie_worker.worker.snapshot_cache import mark_complete
 
     commit = "c" * 40
     repo = tmp_path / "hub" / "models--my-org--my-large-model"
@@ -220,7 +220,7 @@ def test_a_model_complete_in_the_cache_is_planned_from_its_snapshot(
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text('{"num_attention_heads": 8, "num_key_value_heads": 8}')
     (snapshot / "model.safetensors").write_bytes(b"w" * 10)
-    _mark_complete(_key(), repo, commit, {"config.json": None, "model.safetensors": 10})
+    mark_complete(_key(), repo, commit, {"config.json": None, "model.safetensors": 10})
 
     argv = plan(capsys, str(SEED), "--devices", FOUR)["argv"]
 
@@ -241,6 +241,6 @@ def test_a_model_missing_from_the_cache_is_planned_with_its_hub_id_and_a_note(
 
 
 def _key() -> Any:
-    from sie_worker.worker.weights import SnapshotKey
+    from sie_worker.worker.snapshot_cache import SnapshotKey
 
     return SnapshotKey("my-org/my-large-model")

@@ -14,16 +14,11 @@ from huggingface_hub import constants as hf_constants
 from tests.support.fake_hub import FakeHub, fetched_files, synthetic_model_files
 
 from sie_worker.worker import weights
-from sie_worker.worker.weights import (
-    DownloadCancelled,
-    DownloadFailed,
-    HubSettings,
-    Progress,
-    SnapshotDownloads,
-    SnapshotKey,
-    cached_snapshot,
-    fetch_snapshot,
-)
+from sie_worker.worker.download_progress import Progress
+from sie_worker.worker.hub_errors import DownloadCancelled, DownloadFailed
+from sie_worker.worker.shared_downloads import SnapshotDownloads
+from sie_worker.worker.snapshot_cache import HubSettings, SnapshotKey, cached_snapshot
+from sie_worker.worker.weights import fetch_snapshot
 
 REPO = "org/tiny"
 SELECTED = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}

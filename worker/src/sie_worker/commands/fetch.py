@@ -34,14 +34,10 @@ from typing import Any, TextIO
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.config.reader import config_files, load_config_file
 from sie_worker.errors import InvalidConfig, Problem
-from sie_worker.worker.weights import (
-    DownloadFailed,
-    HubSettings,
-    Progress,
-    Snapshot,
-    SnapshotKey,
-    fetch_snapshot,
-)
+from sie_worker.worker.download_progress import Progress
+from sie_worker.worker.hub_errors import DownloadFailed
+from sie_worker.worker.snapshot_cache import HubSettings, Snapshot, SnapshotKey
+from sie_worker.worker.weights import fetch_snapshot
 
 __all__ = ["register", "run"]
 

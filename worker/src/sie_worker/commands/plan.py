@@ -34,7 +34,7 @@ from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, se
 from sie_worker.sizing.gpus import GpuError
 from sie_worker.worker import ports
 from sie_worker.worker.launch import plan_launch
-from sie_worker.worker.weights import HubSettings, SnapshotKey, cached_snapshot
+from sie_worker.worker.snapshot_cache import HubSettings, SnapshotKey, cached_snapshot
 
 __all__ = ["register", "run"]
 

@@ -46,6 +46,7 @@ from sie_worker.worker.allocator import Claim, NoPlacement, Placement, place
 from sie_worker.worker.engine_process import start_group_guard
 from sie_worker.worker.engine_start import PortBook, start_engine
 from sie_worker.worker.engine_stops import EngineStops, consume_exception
+from sie_worker.worker.hub_errors import DownloadCancelled
 from sie_worker.worker.metrics import LOAD_PHASES, WorkerMetrics
 from sie_worker.worker.pin_keeper import PinKeeper
 from sie_worker.worker.records import (
@@ -56,7 +57,8 @@ from sie_worker.worker.records import (
     model_entry,
     open_lease,
 )
-from sie_worker.worker.weights import DownloadCancelled, HubSettings, SnapshotDownloads, SnapshotKey
+from sie_worker.worker.shared_downloads import SnapshotDownloads
+from sie_worker.worker.snapshot_cache import HubSettings, SnapshotKey
 
 __all__ = ["ModelManager"]
 

@@ -20,9 +20,9 @@ from typing import Any, Literal
 from sie_worker.config.loadtime import LoadOptions, declared_width
 from sie_worker.config.model import ServedModel
 from sie_worker.model_states import ModelState
+from sie_worker.worker.download_progress import Progress
 from sie_worker.worker.engine_process import EngineProcess
 from sie_worker.worker.metrics import WorkerMetrics
-from sie_worker.worker.weights import Progress
 
 __all__ = [
     "Lease",
