@@ -13,7 +13,8 @@ with its option table when one ships. Beyond each option's own rule
   ``extra_buffer`` in ``extra_launch_args`` unless ``speculative_needs_extra_buffer: false``
   (SIE refuses the launch otherwise);
 - every ``--flag`` in ``extra_launch_args`` is one the release has (a unique prefix counts,
-  as in SGLang), else refused with the closest spelling.
+  as in SGLang), else refused with the closest spelling; ``--lora-paths``, ``--enable-lora``
+  and ``--max-loras-per-batch`` are refused there (``loadtime.lora_paths`` declares adapters).
 
 Hook options (SIE's own engine code) are accepted and reported as warnings.
 """
@@ -46,6 +47,9 @@ _CHECKED_BY_RESOLVER = frozenset(
     }
 )
 _THINKING_PARSERS = ("qwen3", "gemma4")
+# What loadtime.lora_paths and max_loras_per_batch set; other LoRA flags (rank, target
+# modules, backend) may be passed in extra_launch_args.
+_LORA_DESTS = frozenset({"lora_paths", "enable_lora", "max_loras_per_batch"})
 
 Where = str | JsonPath
 
@@ -200,6 +204,15 @@ class SGLangChecks:
                         where,
                         f"{token!r} is an ambiguous abbreviation in {self.release.name}: it "
                         f"could be {', '.join(match.candidates)}; spell out the option you mean",
+                    )
+                )
+            elif match.dest in _LORA_DESTS:
+                found.append(
+                    (
+                        where,
+                        f"{option} sets LoRA adapters behind the worker's back: declare them in "
+                        "loadtime.lora_paths (and max_loras_per_batch), so requests can name "
+                        "them and /v1/models lists them",
                     )
                 )
             elif not match.candidates:
