@@ -69,12 +69,12 @@ def test_interleaved_requests_for_different_adapters_each_get_their_own(
 ) -> None:
     _, with_loras = engines
     alone = {name: _text(with_loras, lora_path=name) for name in ("a", "b")}
-    alone[None] = _text(with_loras)  # type: ignore[index]
+    alone[None] = _text(with_loras)
     asks: list[str | None] = ["a", None, "b", "a", "b", None, "a", "b"]
     with concurrent.futures.ThreadPoolExecutor(len(asks)) as pool:
         futures = [pool.submit(_text, with_loras, **({"lora_path": n} if n else {})) for n in asks]
         got = [f.result() for f in futures]
-    assert got == [alone[n] for n in asks]  # type: ignore[index]
+    assert got == [alone[n] for n in asks]
 
 
 def test_chat_and_streams_use_the_adapter_too(engines: tuple[Engine, Engine]) -> None:
