@@ -180,3 +180,12 @@ def test_lora_flags_in_extra_launch_args_are_refused(tmp_path: Path) -> None:
     messages = {p.path: p.message for p in caught.value.problems}
     assert "declare them in loadtime.lora_paths" in messages[f"{LT}.extra_launch_args[0]"]
     assert len(messages) == 1  # --max-lora-rank is SGLang's own tuning, passed as written
+
+
+def test_a_pin_the_engine_would_not_honour_is_a_warning(tmp_path: Path) -> None:
+    doc = _doc({"lora_paths": {"sql": {"id": "org/sql-lora", "revision": SHA}}})
+    served = served_models(parse_config(doc, source="<test>"))[0]
+    for fetcher, warned in (("worker", False), ("engine", True)):
+        settings = Settings(devices=("cuda:0",), bundle="sglang", weights_download=fetcher)
+        warnings = resolve_load_options(served, settings, env={}).warnings
+        assert any(f"revision {SHA} is applied when the worker" in w for w in warnings) is warned

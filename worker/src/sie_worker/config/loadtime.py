@@ -16,7 +16,6 @@ checked in :mod:`sie_worker.config.engine_options`.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
 from collections.abc import Mapping
@@ -34,13 +33,7 @@ from sie_worker.config.adapters import (
 )
 from sie_worker.config.engine_options import transformers_problems
 from sie_worker.config.jsonpath import json_path
-from sie_worker.config.lora import (
-    LoraAdapter,
-    local_problems,
-    lora_adapters,
-    max_loras,
-    resolve_local,
-)
+from sie_worker.config.lora import LoraAdapter, load_adapters, max_loras
 from sie_worker.config.model import JsonPath, ServedModel
 from sie_worker.config.model_shape import (
     ModelPathError,
@@ -223,7 +216,7 @@ class _Resolver:
             for where, message in transformers_problems(adapter, served, extras):
                 self.add(where, message)
         model_path = self._shape(width, adapter)
-        loras = self._loras(adapter)
+        loras = self._loras()
         if self.problems:
             raise InvalidConfig(self.problems)
         return LoadOptions(
@@ -395,20 +388,16 @@ class _Resolver:
             return None
         return int(value)
 
-    def _loras(self, adapter: type[Adapter]) -> tuple[LoraAdapter, ...]:
-        """The declared adapters, local folders resolved (each must hold adapter_config.json)."""
-        if "lora_paths" not in self.loadtime:
-            return ()
-        base_dir = self.served.config.base_dir
-        for where, message in local_problems(self.loadtime, base_dir):
+    def _loras(self) -> tuple[LoraAdapter, ...]:
+        fetched = self.settings.weights_download == "worker"
+        loras, problems, unpinned = load_adapters(
+            self.loadtime, self.served.config.base_dir, fetched
+        )
+        for where, message in problems:
             self.add([*self.base, *where], message)
-        resolved = []
-        for lora in lora_adapters(self.loadtime):
-            folder = resolve_local(lora.source, base_dir) if lora.local else None
-            resolved.append(
-                dataclasses.replace(lora, source=str(folder.resolve())) if folder else lora
-            )
-        return tuple(resolved)
+        for where, message in unpinned:
+            self.warnings.append(f"{json_path([*self.base, *where])}: {message}")
+        return loras
 
     def _shape(self, width: int, adapter: type[Adapter]) -> Path | None:
         """The local model directory (None: hf_id), and the head-count rule above width 1."""

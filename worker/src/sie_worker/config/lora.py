@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,13 @@ __all__ = [
     "LoraAdapter",
     "adapter_names",
     "is_local",
+    "load_adapters",
     "local_problems",
     "lora_adapters",
     "lora_problems",
     "max_loras",
     "resolve_local",
+    "resolved_adapters",
     "sglang_lora_args",
 ]
 
@@ -300,6 +302,42 @@ def resolve_local(source: str, base_dir: Path | None) -> Path | None:
     if path.is_absolute():
         return path
     return base_dir / path if base_dir is not None else None
+
+
+def resolved_adapters(
+    loadtime: Mapping[str, Any], base_dir: Path | None
+) -> tuple[LoraAdapter, ...]:
+    """The declared adapters with each local source resolved to its absolute folder (hub
+    ones stay repo ids until the worker fetches them)."""
+    resolved = []
+    for lora in lora_adapters(loadtime):
+        folder = resolve_local(lora.source, base_dir) if lora.local else None
+        resolved.append(replace(lora, source=str(folder.resolve())) if folder else lora)
+    return tuple(resolved)
+
+
+Found = list[tuple[tuple[str | int, ...], str]]
+
+
+def load_adapters(
+    loadtime: Mapping[str, Any], base_dir: Path | None, fetched_by_worker: bool
+) -> tuple[tuple[LoraAdapter, ...], Found, Found]:
+    """At load: the adapters (local folders resolved), the local folders that are missing or
+    not adapters, and warnings for pins the engine would not honour (it fetches hub adapters
+    itself when the worker does not)."""
+    if "lora_paths" not in loadtime:
+        return (), [], []
+    loras = resolved_adapters(loadtime, base_dir)
+    warnings: Found = [
+        (
+            ("lora_paths", lora.name),
+            f"revision {lora.revision} is applied when the worker fetches the adapter "
+            "(SIE_WEIGHTS_DOWNLOAD=worker); the engine fetches the default branch",
+        )
+        for lora in loras
+        if lora.revision and not lora.local and not fetched_by_worker
+    ]
+    return loras, local_problems(loadtime, base_dir), warnings
 
 
 def sglang_lora_args(adapters: tuple[LoraAdapter, ...], max_per_batch: int) -> tuple[str, ...]:
