@@ -189,3 +189,22 @@ def test_a_pin_the_engine_would_not_honour_is_a_warning(tmp_path: Path) -> None:
         settings = Settings(devices=("cuda:0",), bundle="sglang", weights_download=fetcher)
         warnings = resolve_load_options(served, settings, env={}).warnings
         assert any(f"revision {SHA} is applied when the worker" in w for w in warnings) is warned
+
+
+@pytest.mark.parametrize(("loaded", "refused"), [("3", False), ("2", True), ("1", True)])
+def test_max_loaded_loras_below_the_adapters_or_the_batch_is_refused_as_sglang_does(
+    loaded: str, refused: bool
+) -> None:
+    loras = {"a": "org/a", "b": "org/b", "c": "org/c"}
+    doc = _doc({"lora_paths": loras, "max_loras_per_batch": 2,
+                "extra_launch_args": ["--max-loaded-loras", loaded]})  # fmt: skip
+    served = served_models(parse_config(doc, source="<test>"))[0]
+    settings = Settings(devices=("cuda:0",), bundle="sglang")
+    if not refused:
+        resolve_load_options(served, settings, env={})
+        return
+    with pytest.raises(InvalidConfig) as caught:
+        resolve_load_options(served, settings, env={})
+    (problem,) = caught.value.problems
+    assert problem.path == f"{LT}.lora_paths"
+    assert "raise --max-loaded-loras to 3" in problem.message

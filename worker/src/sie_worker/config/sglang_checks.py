@@ -14,7 +14,8 @@ with its option table when one ships. Beyond each option's own rule
   (SIE refuses the launch otherwise);
 - every ``--flag`` in ``extra_launch_args`` is one the release has (a unique prefix counts,
   as in SGLang), else refused with the closest spelling; ``--lora-paths``, ``--enable-lora``
-  and ``--max-loras-per-batch`` are refused there (``loadtime.lora_paths`` declares adapters).
+  and ``--max-loras-per-batch`` are refused there (``loadtime.lora_paths`` declares adapters),
+  and a ``--max-loaded-loras`` below the adapters or ``max_loras_per_batch`` (SGLang's rule).
 
 Hook options (SIE's own engine code) are accepted and reported as warnings.
 """
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sie_server.adapters.base import Adapter
+from sie_worker.config.lora import lora_adapters, max_loras
 from sie_worker.config.model import JsonPath, ServedModel
 from sie_worker.config.sglang_flags import SGLANG_OPTIONS, Release, option_problem
 from sie_worker.config.sglang_options import OptionTable, resolve, table_for
@@ -96,7 +98,7 @@ class SGLangChecks:
 
     def problems(self) -> list[tuple[Where, str]]:
         found = self._engine() + self._options() + self._pairs() + self._speculative()
-        return found + self._extra_args()
+        return found + self._extra_args() + self._loaded_loras()
 
     def _engine(self) -> list[tuple[Where, str]]:
         adapter, release = self.adapter, self.release
@@ -184,6 +186,33 @@ class SGLangChecks:
                 f"{self.release.name} (hybrid Gated-DeltaNet models lose the radix cache "
                 "without it): add it, set speculative_needs_extra_buffer: false for a model "
                 "without such layers (e.g. Gemma 4), or set speculative.enabled: false",
+            )
+        ]
+
+    def _loaded_loras(self) -> list[tuple[Where, str]]:
+        """SGLang's own limits with ``--max-loaded-loras N`` in extra_launch_args: at least
+        max_loras_per_batch, and at least the adapters declared (else the engine exits)."""
+        table, args = self.release.table, self.served.profile.extra_launch_args
+        if table is None or "lora_paths" not in self.loadtime:
+            return []
+        loaded = None
+        for index, token in enumerate(args):
+            if resolve(token, table).dest == "max_loaded_loras":
+                raw = token.split("=", 1)[1] if "=" in token else next(iter(args[index + 1 :]), "")
+                loaded = int(raw) if raw.isdigit() else None
+        if loaded is None:
+            return []
+        count = len(lora_adapters(self.loadtime))
+        batch = max_loras(self.loadtime, self.adapter.task(self.served.config.tasks))
+        if loaded >= max(count, batch):
+            return []
+        return [
+            (
+                "lora_paths",
+                f"declares {count} adapter(s) with max_loras_per_batch {batch}, and "
+                f"--max-loaded-loras {loaded} in extra_launch_args is below "
+                f"{'the adapters' if count > batch else 'max_loras_per_batch'} (SGLang refuses "
+                f"to start): raise --max-loaded-loras to {max(count, batch)}, or remove it",
             )
         ]
 
