@@ -148,6 +148,31 @@ def test_minimal_parser_tolerates_unknown_flags_and_records_them(
     assert "--disable-prefill-cuda-graph" in info["unknown_args"]
 
 
+@pytest.mark.parametrize("parser", ["minimal", "sglang"])
+def test_lora_adapters_are_served_and_unknown_ones_refused_as_sglang_does(
+    fake_engine_factory: FakeEngineFactory, parser: str
+) -> None:
+    pinned = '{"lora_name": "p", "lora_path": "org/p", "pinned": true}'
+    engine = fake_engine_factory(
+        "--model-path", "org/x", "--served-model-name", "org/x", "--enable-lora",
+        "--lora-paths", "sql=org/sql-lora", "org/bare", pinned, parser=parser, timeout_s=120,
+    )  # fmt: skip
+    url = engine.url
+    asks = [{"model": "org/x:sql"}, {"model": "org/x", "lora_path": "org/bare"},
+            {"model": "org/x", "lora_path": "p"}, {"model": "org/x"}]  # fmt: skip
+    for ask in asks:
+        served = httpx.post(f"{url}/v1/completions", json={**ask, "prompt": "a", "max_tokens": 1})
+        assert served.status_code == 200, (ask, served.text)
+    refused = httpx.post(
+        f"{url}/v1/completions", json={"model": "org/x", "lora_path": "tax", "prompt": "a"}
+    )
+    assert refused.status_code == 400
+    assert "The following requested LoRA adapters are not loaded: tax" in refused.text
+    info = engine.info()
+    assert info["loras"] == ["sql", "org/bare", "p"]
+    assert info["recent_adapters"] == ["sql", "org/bare", "p", None, "tax"]
+
+
 def test_minimal_parser_requires_model_path_with_exit_2() -> None:
     result = _run_engine("--fake-parser=minimal", "--port", str(free_port()))
 

@@ -40,6 +40,7 @@ _NAMES = (
     "sie_encode",
     "router",
     "gateway",
+    "lora",
 )
 
 
@@ -60,6 +61,9 @@ def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
         + (["--size-mib", "512", "--rounds", "1"] if quick else []),
         "sie_encode": [*python, "tests.bench.bench_sie_encode"]
         + (["--rounds", "2", "--seconds", "1"] if quick else [])
+        + ([] if record else ["--no-record"]),
+        "lora": [*python, "tests.bench.bench_lora"]
+        + (["--rounds", "1", "--seconds", "2"] if quick else [])
         + ([] if record else ["--no-record"]),
     }
     # The gateway's benchmark writes its own section (## Gateway) of docs/benchmarks.md.

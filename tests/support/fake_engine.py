@@ -30,11 +30,14 @@ HTTP surface on ``--host``/``--port`` (HTTP/1.1, keep-alive, chunked streaming):
   ``*_VISIBLE_DEVICES`` variable; secrets masked), ``pid``, ``pgid``, ``ppid``, ``children``,
   ``tp_size``, ``model_path``, ``served_model_name``, ``port``, ``nccl_port``, ``ready``,
   ``requests`` (inference requests received), ``requests_by_path``, ``in_flight``,
-  ``cancelled`` (responses the client abandoned), ``recent_request_ids``, ``knobs``.
+  ``cancelled`` (responses the client abandoned), ``recent_request_ids``, ``loras`` (the
+  adapter names of ``--lora-paths``), ``recent_adapters`` (each request's adapter), ``knobs``.
 - Inference requests before ready get 503; a ``X-Request-Id`` header is echoed back.
 - A ``model`` of ``base:adapter`` asks for LoRA adapter ``adapter``, as SGLang reads it
-  (splitting on the first ``:`` unless ``model`` is, or starts with, the served name), and
-  gets SGLang's 400: the fake serves no adapters.
+  (splitting on the first ``:`` unless ``model`` is, or starts with, the served name), else
+  the ``lora_path`` field does. Started with ``--lora-paths``, the fake serves those adapters
+  (the answer is the base's) and refuses others with SGLang's 400 naming the loaded ones;
+  without, every adapter gets SGLang's 400 (LoRA not enabled).
 
 Startup behaviour, from the environment (tests put these in a profile's ``extra_env``):
 
@@ -258,6 +261,21 @@ class EngineArgs:
     parser: str
     explicit: Mapping[str, Any] = field(default_factory=dict)
     unknown: tuple[str, ...] = ()
+    loras: tuple[str, ...] = ()  # the adapter names of --lora-paths, as SGLang names them
+
+
+def _lora_names(paths: object) -> tuple[str, ...]:
+    """SGLang's names for ``--lora-paths`` entries: ``name=path``, a bare path (its own
+    name), or ``{"lora_name", "lora_path"}`` (parsed from JSON by its argparse action)."""
+    names: list[str] = []
+    for entry in paths if isinstance(paths, list) else []:
+        if isinstance(entry, dict):
+            names.append(str(entry.get("lora_name")))
+        elif isinstance(entry, str) and entry.strip().startswith("{"):
+            names.append(str(json.loads(entry).get("lora_name")))
+        elif isinstance(entry, str):
+            names.append(entry.split("=", 1)[0])
+    return tuple(names)
 
 
 def _sglang_parser() -> argparse.ArgumentParser | None:
@@ -281,6 +299,9 @@ def _minimal_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nccl-port", type=int, default=None)
     parser.add_argument("--is-embedding", action="store_true")
     parser.add_argument("--context-length", type=int, default=None)
+    parser.add_argument("--enable-lora", action="store_true", default=None)
+    parser.add_argument("--lora-paths", nargs="*", default=None)
+    parser.add_argument("--max-loras-per-batch", type=int, default=8)
     return parser
 
 
@@ -330,6 +351,9 @@ def parse_engine_argv(argv: Sequence[str], parser_mode: str = "auto") -> EngineA
         parser=name,
         explicit={dest: _jsonable(values[dest]) for dest in sorted(given) if dest in values},
         unknown=tuple(unknown),
+        loras=_lora_names(values.get("lora_paths"))
+        if values.get("enable_lora") is not False
+        else (),
     )
 
 
@@ -578,6 +602,7 @@ class _Engine:
         self.in_flight = 0
         self.cancelled = 0
         self.recent_ids: deque[str] = deque(maxlen=100)
+        self.adapters: deque[str | None] = deque(maxlen=100)  # each request's LoRA adapter
         self.children: list[subprocess.Popen[bytes]] = []
         self.connections: set[asyncio.StreamWriter] = set()
         self.created = int(time.time())
@@ -695,6 +720,8 @@ class _Engine:
                 "in_flight": self.in_flight,
                 "cancelled": self.cancelled,
                 "recent_request_ids": list(self.recent_ids),
+                "loras": list(self.args.loras),
+                "recent_adapters": list(self.adapters),
                 "knobs": asdict(self.knobs),
             },
         )
@@ -716,8 +743,17 @@ class _Engine:
         options = FakeOptions.parse(body.get("fake"))
         if not self.ready:
             raise _HttpError(503, "The server is not ready yet", "ServiceUnavailable")
-        adapter = _lora_of(body.get("model"), self.args.served_model_name)
-        if adapter is not None:
+        # SGLang: the model's ':adapter' wins over the lora_path field.
+        adapter = _lora_of(body.get("model"), self.args.served_model_name) or body.get("lora_path")
+        self.adapters.append(adapter if isinstance(adapter, str) else None)
+        if adapter is not None and self.args.loras and adapter not in self.args.loras:
+            loaded = ", ".join(repr(n) for n in self.args.loras)
+            raise _HttpError(
+                400,
+                f"The following requested LoRA adapters are not loaded: {adapter}\n"
+                f"Loaded adapters: dict_keys([{loaded}]).",
+            )
+        if adapter is not None and not self.args.loras:
             raise _HttpError(
                 400,
                 f"LoRA adapter '{adapter}' was requested, but LoRA is not enabled. "

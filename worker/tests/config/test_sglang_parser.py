@@ -112,6 +112,22 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
     "loadtime-extra-args": {
         "loadtime": {"extra_launch_args": ["--stream-interval", "8"], "extra_env": {"A": "1"}}
     },
+    # LoRA adapters in SIE's mapping form and SGLang's list forms (a pinned one as JSON).
+    "lora-sie": {
+        "loadtime": {
+            "lora_paths": {"sql": "org/sql-lora", "java": {"id": "org/java-lora", "revision": SHA}},
+            "max_loras_per_batch": 3,
+        }
+    },
+    "lora-sglang": {
+        "loadtime": {
+            "lora_paths": [
+                "sql=org/sql-lora",
+                "org/bare-lora",
+                {"lora_name": "p", "lora_path": "org/pinned-lora", "pinned": True},
+            ],
+        }
+    },
 }
 BUNDLES = ("default", "sglang", "sglang-cu130")
 
@@ -369,6 +385,33 @@ def test_sglang_reads_sie_s_options_as_the_flags_they_mean(release: dict[str, An
             checked += 1
         if name.startswith("strict/"):
             assert result["values"]["enable_strict_thinking"] is True, name
+    assert checked
+
+
+def test_sglang_reads_the_lora_adapters_as_declared(release: dict[str, Any]) -> None:
+    expected = {
+        "lora-sie": (["sql=org/sql-lora", "java=org/java-lora"], 3),
+        "lora-sglang": (
+            ["sql=org/sql-lora", "org/bare-lora=org/bare-lora",
+             {"lora_name": "p", "lora_path": "org/pinned-lora", "pinned": True}],
+            None,
+        ),
+    }  # fmt: skip
+    checked = 0
+    for (name, _), result in zip(release["cases"], release["argvs"], strict=True):
+        option_set = name.split("/")[2]
+        values = result["values"]
+        if option_set not in expected:
+            assert not values.get("enable_lora"), name
+            assert not values.get("lora_paths"), name
+            continue
+        paths, limit = expected[option_set]
+        assert values["enable_lora"] is True, name
+        assert values["lora_paths"] == paths, name
+        # SIE's defaults when undeclared: 4 for generation, 8 for embeddings.
+        default = 8 if name.startswith("embedding") else 4
+        assert values["max_loras_per_batch"] == (limit or default), name
+        checked += 1
     assert checked
 
 

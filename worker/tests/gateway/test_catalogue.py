@@ -69,3 +69,12 @@ def test_generate_paths_write_slashes_as_double_underscores(tmp_path: Path) -> N
     assert decode_path_model("qwen__qwen2.5-7b:fast", catalogue) == "Qwen/Qwen2.5-7B:fast"
     assert decode_path_model("Qwen/Qwen2.5-7B", catalogue) == "Qwen/Qwen2.5-7B"
     assert decode_path_model("a__b", Catalogue.empty(), known=["a__b"]) == "a__b"
+
+
+def test_a_lora_adapter_request_is_placed_as_its_base_model(tmp_path: Path) -> None:
+    catalogue = _catalogue(tmp_path)
+    assert catalogue.base_of("Qwen/Qwen2.5-7B:sql") == "Qwen/Qwen2.5-7B"
+    assert catalogue.base_of("Qwen/Qwen2.5-7B:fast") == "Qwen/Qwen2.5-7B:fast"  # a profile
+    assert catalogue.base_of("Qwen/Qwen2.5-7B:fast:sql") == "Qwen/Qwen2.5-7B:fast"
+    assert catalogue.base_of("org/unknown:sql") == "org/unknown:sql"
+    assert catalogue.base_of("pod/only:sql", known=["pod/only"]) == "pod/only"

@@ -89,3 +89,13 @@ def test_a_pool_at_zero_is_discovered_with_no_pods() -> None:
     fleet.set_endpoints(KEY, [])
     assert fleet.groups[KEY].discovered
     assert fleet.groups[KEY].routable() == []
+
+
+def test_lora_adapters_listed_by_a_pod_are_not_models_of_their_own() -> None:
+    listed = {
+        "data": [
+            {"id": "a", "state": "ready", "width": 1},
+            {"id": "a:sql", "state": "ready", "width": 1, "parent": "a"},
+        ]
+    }
+    assert parse_pod_models(listed) == ({"a": "ready"}, {"a": 1})

@@ -59,6 +59,7 @@ class FakeWorker:
     calls: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
     gate: dict[str, anyio.Event] = field(default_factory=dict)  # model → blocks its requests
     answer: dict[str, Response] = field(default_factory=dict)  # model → canned answer
+    adapters: dict[str, tuple[str, ...]] = field(default_factory=dict)  # model → its LoRAs
 
     def __post_init__(self) -> None:
         self.models: dict[str, dict[str, Any]] = {
@@ -107,6 +108,12 @@ class FakeWorker:
                 **info,
             }
             for m, info in self.models.items()
+        ]
+        # the worker lists each LoRA adapter of a model after it, with the model as parent
+        data += [
+            {**entry, "id": f"{entry['id']}:{adapter}", "parent": entry["id"]}
+            for entry in list(data)
+            for adapter in self.adapters.get(entry["id"], ())
         ]
         # SIE's list, one entry per config (here: per model, with its one profile)
         infos = [
@@ -183,6 +190,9 @@ class FakeWorker:
         self._record(request, body)
         payload = json.loads(body)
         model = payload["model"]
+        base, _, adapter = model.rpartition(":")
+        if adapter in self.adapters.get(base, ()):
+            model = base  # served by its base model, as the worker does
         if model in self.answer:
             return self.answer[model]
         refused = await self._ensure(model)
@@ -338,6 +348,21 @@ async def test_repeated_requests_for_a_loaded_model_go_where_it_is_ready() -> No
             r = await _complete(p.client, "b")
             assert (r.headers["x-sie-slot"], r.headers["x-sie-route-reason"]) == ("2", "ready")
         assert sum(w.loads["b"] for w in p.workers) == 0
+
+
+async def test_a_lora_adapter_request_goes_where_its_base_model_is_ready() -> None:
+    async with pod() as p:
+        for worker in p.workers:
+            worker.adapters["b"] = ("sql", "java")
+        p.workers[2].preload("b")
+        await p.until(lambda: p.app.state.table.slots[2].view().state_of("b") == "ready", "poll")
+        for model in ("b:sql", "b:java", "b"):
+            r = await _complete(p.client, model)
+            assert r.status_code == 200, r.text
+            assert (r.headers["x-sie-slot"], r.headers["x-sie-route-reason"]) == ("2", "ready")
+        assert sum(w.loads["b"] for w in p.workers) == 0
+        # the adapters are not models of their own for placement
+        assert "b:sql" not in p.app.state.table.slots[2].view().models
 
 
 async def test_sie_routes_go_where_the_model_in_their_path_is_ready() -> None:

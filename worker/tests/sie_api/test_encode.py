@@ -11,7 +11,7 @@ import msgpack
 import pytest
 from tests.support.served_models import served
 
-from sie_worker.errors import EngineUnavailable, InvalidRequest
+from sie_worker.errors import EngineUnavailable, InvalidRequest, UnknownModel
 from sie_worker.sie_api.encode import encode_call, parse_encode
 
 ENCODE = {"encode": {"dimensions": 2}}
@@ -122,7 +122,7 @@ def test_an_sglang_engine_gets_the_finished_texts() -> None:
             "params.options.is_query",
         ),
         (
-            {"items": [{"text": "x"}], "params": {"options": {"lora": "legal"}}},
+            {"items": [{"text": "x"}], "params": {"options": {"lora": 3}}},
             "params.options.lora",
         ),
         ({"items": [{"text": "x"}], "params": {"options": {1: 2}}}, "params.options"),
@@ -196,3 +196,19 @@ def test_an_engine_answer_without_one_vector_per_item_is_the_engines_failure(
     assert call.answer is not None
     with pytest.raises(EngineUnavailable):
         call.answer(engine_answer, "org/m")
+
+
+def test_options_lora_id_or_lora_names_the_adapter_the_engine_gets_as_lora_path() -> None:
+    loadtime = {"lora_paths": {"legal": "org/legal-lora", "med": "org/med-lora"}}
+    model = served(ENCODE, profile="lora", lora={"adapter_options": {"loadtime": loadtime}})
+
+    def call(options: dict[str, Any]) -> Any:
+        request = parse_encode({"items": [{"text": "x"}], "params": {"options": options}})
+        return encode_call(request, model, engine="sglang", as_json=False, headers={}).payload
+
+    assert call({"lora": "legal"})["lora_path"] == "legal"
+    assert call({"lora": "legal", "lora_id": "med"})["lora_path"] == "med"  # lora_id wins
+    assert "lora_path" not in call({})
+    with pytest.raises(UnknownModel, match="its adapters: legal, med") as caught:
+        call({"lora_id": "tax"})
+    assert caught.value.param == "params.options.lora_id"

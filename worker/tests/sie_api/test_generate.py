@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.served_models import served
 
-from sie_worker.errors import EngineUnavailable, InvalidRequest
+from sie_worker.errors import EngineUnavailable, InvalidRequest, UnknownModel
 from sie_worker.sie_api.generate import StreamChunks, generate_call, parse_generate
 
 GENERATE = {"generate": {"context_length": 128, "max_output_tokens": 16}}
@@ -79,10 +79,10 @@ def test_lora_adapters_of_the_profile_are_passed_and_others_refused() -> None:
     lora = {"adapter_options": {"loadtime": {"lora_paths": {"legal": "org/legal-lora"}}}}
     model = served(GENERATE, profile="lora", lora=lora)
     assert _call({"lora_adapter": "legal"}, model=model).payload["lora_path"] == "legal"
-    with pytest.raises(InvalidRequest, match="its adapters: legal") as caught:
+    with pytest.raises(UnknownModel, match="its adapters: legal") as caught:
         _call({"lora_adapter": "medical"}, model=model)
     assert caught.value.param == "lora_adapter"
-    with pytest.raises(InvalidRequest, match="its adapters: none"):
+    with pytest.raises(UnknownModel, match="declares no LoRA adapters"):
         _call({"lora_adapter": "legal"})
 
 

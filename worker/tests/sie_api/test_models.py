@@ -49,6 +49,17 @@ def test_a_generator_and_a_scorer_show_their_outputs() -> None:
     assert model_info(_config({"score": {}}), {})["outputs"] == ["score"]
 
 
+def test_a_generator_lists_its_lora_adapters_as_sies_gateway_does() -> None:
+    loadtime = {"lora_paths": {"sql": "org/sql-lora", "java": "org/java-lora"}}
+    config = served(
+        {"generate": {}}, tuned={"adapter_options": {"loadtime": loadtime}}, fast={}
+    ).config
+    capabilities = model_info(config, {})["capabilities"]
+    assert capabilities["lora_adapters"] == ["sql", "java"]
+    assert capabilities["profile_lora_adapters"] == {"tuned": ["sql", "java"]}
+    assert "lora_adapters" not in model_info(_config({"generate": {}}), {})["capabilities"]
+
+
 def test_the_furthest_profile_state_is_the_models_and_a_failure_has_its_error() -> None:
     config = _config({"encode": {}})
     loading = model_info(config, {"org/m": ("failed", "boom"), "org/m:fast": ("loading", None)})

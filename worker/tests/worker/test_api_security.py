@@ -101,7 +101,7 @@ def test_metrics_report_devices_models_loads_and_requests(start_worker: StartWor
     assert "sie_devices_claimed 2.0" in text
     assert 'sie_models{state="ready"} 1.0' in text
     assert 'sie_model_loads_total{outcome="ready"} 1.0' in text
-    assert 'sie_request_duration_seconds_count{code="200",model="org/m"} 1.0' in text
+    assert 'sie_request_duration_seconds_count{adapter="none",code="200",model="org/m"} 1.0' in text
     assert "sie_model_load_duration_seconds_count 1.0" in text
 
 

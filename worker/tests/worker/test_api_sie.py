@@ -218,7 +218,10 @@ def test_auth_limits_and_metrics_are_the_openai_routes_own(start_worker: StartWo
         assert (big.status_code, big.headers["x-sie-error-code"]) == (413, "PAYLOAD_TOO_LARGE")
         assert _encode(client, "org/emb", {"items": [{"text": "x"}]}).status_code == 200
         metrics = client.get("/metrics").text
-    assert 'sie_request_duration_seconds_count{code="200",model="org/emb"} 1.0' in metrics
+    assert (
+        'sie_request_duration_seconds_count{adapter="none",code="200",model="org/emb"} 1.0'
+        in metrics
+    )
 
 
 def test_a_load_longer_than_the_client_waits_answers_503_model_loading_with_retry_after(
@@ -255,6 +258,7 @@ def test_openai_routes_resolve_sies_ids_and_refuse_an_unknown_lora_adapter(
             "/v1/chat/completions",
             json={"model": "org/gen", "messages": messages, "lora_adapter": "legal"},
         )
-    assert refused.status_code == 400
+    assert refused.status_code == 404
+    assert refused.headers["x-sie-error-code"] == "MODEL_NOT_FOUND"
     assert refused.json()["error"]["param"] == "lora_adapter"
-    assert "'legal' is not a LoRA adapter of org/gen" in refused.json()["error"]["message"]
+    assert "org/gen has no LoRA adapter 'legal'" in refused.json()["error"]["message"]

@@ -273,3 +273,29 @@ def test_a_load_that_cannot_be_placed_fails_before_downloading(
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "placement_failed"
     assert hub.requests == []  # nothing downloaded for a load that could not run
+
+
+def test_hub_lora_adapters_are_fetched_with_the_weights_and_started_from_their_snapshots(
+    start_worker: StartWorker, hub: FakeHub, tmp_path: Path
+) -> None:
+    hub.add_repo(REPO, synthetic_model_files())
+    adapter = {"adapter_config.json": b'{"r": 4}', "adapter_model.safetensors": b"\0" * 64}
+    first = hub.add_repo("org/sql-lora", adapter)
+    pinned = hub.add_repo("org/java-lora", adapter, revision="v2")
+    loras = {"sql": "org/sql-lora", "java": {"id": "org/java-lora", "revision": pinned}}
+    config = fake_model(REPO, lora_paths=loras)
+    worker = start_worker([config], devices="cuda:0", env=hub_env(hub, tmp_path / "hf"))
+
+    response = load(worker, REPO)
+
+    assert response.status_code == 200, response.text
+    argv = engine_info(worker, REPO)["argv"]
+    paths = argv[argv.index("--lora-paths") + 1 :][:2]
+    assert paths == [
+        f"sql={snapshot_dir(tmp_path / 'hf', first, 'org/sql-lora')}",
+        f"java={snapshot_dir(tmp_path / 'hf', pinned, 'org/java-lora')}",
+    ]
+    assert sorted(fetched_files(hub, "org/sql-lora")) == sorted(adapter)
+    with worker.client() as client:
+        metrics = client.get("/metrics").text
+    assert 'sie_model_downloads_total{outcome="downloaded"} 3.0' in metrics

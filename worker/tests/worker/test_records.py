@@ -55,8 +55,12 @@ async def _lease_twice_released() -> tuple[Any, ...]:
     lease.release()
     lease.release()
     after = (running.inflight, running.idle.is_set())
-    count = _count(metrics, "sie_request_duration_seconds_count", model="org/m", code="200")
-    total = _count(metrics, "sie_request_duration_seconds_sum", model="org/m", code="200")
+    count = _count(
+        metrics, "sie_request_duration_seconds_count", model="org/m", code="200", adapter="none"
+    )
+    total = _count(
+        metrics, "sie_request_duration_seconds_sum", model="org/m", code="200", adapter="none"
+    )
     return during, after, count, total, lease
 
 

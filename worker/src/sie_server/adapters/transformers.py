@@ -22,6 +22,9 @@ ENGINE_OPTIONS: tuple[str, ...] = (
     "device",
     "threads",
     "max_batch_size",
+    # LoRA adapters served on a generating model (peft), chosen per request.
+    "lora_paths",
+    "max_loras_per_batch",
 )
 
 PASSTHROUGH_OPTIONS: tuple[str, ...] = ("config_kwargs", "trust_remote_code", "mlx_repo")

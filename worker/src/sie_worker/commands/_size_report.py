@@ -25,6 +25,7 @@ from sie_worker.sizing.cold_start import (
     cold_starts,
     table_lines,
 )
+from sie_worker.sizing.lora import LoraSizing
 from sie_worker.sizing.model_stats import ModelStats, Weights
 from sie_worker.sizing.plan import Hardware, Plan, PoolSuggestion
 
@@ -57,11 +58,12 @@ class Report:
     plan: Plan
     warnings: list[Problem]
     cold_start: ColdStartInputs = ColdStartInputs()
+    lora: LoraSizing | None = None  # the profile's LoRA adapters, when it declares any
 
     def cold_starts(self) -> list[ColdStart]:
         cold = self.cold_start
         return cold_starts(
-            [(self.served.id, self.plan.weights_bytes)],
+            [(self.served.id, self.weights.bytes)],
             cold.sources,
             startup_s=cold.startup_s,
             warmup_s=cold.warmup_s,
@@ -123,8 +125,9 @@ def to_json(report: Report) -> dict[str, Any]:
         "context_source": work.context_source if work else None,
         "sequences": work.workload.sequences if work else None,
         "sequences_source": work.sequences_source if work else None,
-        "weights_bytes": _int(plan.weights_bytes),
+        "weights_bytes": _int(report.weights.bytes),
         "weights_source": report.weights.source,
+        "lora": _lora_json(report.lora),
         "kv_bytes_per_token": _int(plan.kv_bytes_per_token),
         "kv_bytes_per_sequence": _int(plan.kv_bytes_per_sequence),
         "kv_bytes_total": _int(plan.kv_bytes_total),
@@ -154,7 +157,7 @@ def _cold_json(report: Report) -> dict[str, Any]:
     return {
         "startup_s": cold.startup_s,
         "warmup_s": cold.warmup_s,
-        "weights_bytes": _int(report.plan.weights_bytes),
+        "weights_bytes": _int(report.weights.bytes),
         "arrival_rate": cold.arrival_rate,
         "served_rate": cold.served_rate if cold.arrival_rate is not None else None,
         "sources": [
@@ -170,6 +173,50 @@ def _cold_json(report: Report) -> dict[str, Any]:
             for row in report.cold_starts()
         ],
     }
+
+
+def _lora_json(lora: LoraSizing | None) -> dict[str, Any] | None:
+    if lora is None:
+        return None
+    return {
+        "adapters": lora.adapters,
+        "rank": lora.rank,
+        "rank_source": lora.rank_source,
+        "modules": list(lora.modules),
+        "params_per_rank_per_layer": lora.params_per_rank_per_layer,
+        "adapter_params": lora.adapter_params,
+        "adapter_bytes": _int(lora.adapter_bytes),
+        "max_loras_per_batch": lora.slots,
+        "max_rank": lora.max_rank,
+        "max_rank_source": lora.max_rank_source,
+        "buffer_bytes": _int(lora.buffer_bytes),
+        "merged_bytes": _int(lora.merged_bytes),
+        "shared_bytes": _int(lora.shared_bytes),
+    }
+
+
+def _lora_rows(lora: LoraSizing) -> list[tuple[str, str]]:
+    """The seed's figures: one adapter, the engine's buffers, merged against shared."""
+    return [
+        (
+            "LoRA",
+            f"{lora.adapters} adapter(s) of rank {lora.rank} ({lora.rank_source}) on "
+            f"{len(lora.modules)} module(s): {_n(lora.params_per_rank_per_layer)} parameters "
+            f"per rank per layer; {_n(lora.adapter_params)} parameters, "
+            f"{lora.adapter_bytes / 1e6:,.1f} MB per adapter",
+        ),
+        (
+            "LoRA buffers",
+            f"{lora.buffer_bytes / 1e9:,.2f} GB of GPU memory for --max-loras-per-batch "
+            f"{lora.slots} at rank {lora.max_rank} ({lora.max_rank_source}), counted in the "
+            "total need (the KV cache does not get it)",
+        ),
+        (
+            "LoRA variants",
+            f"{lora.adapters} fine-tuned variants: {_gb(lora.merged_bytes)} as merged models, "
+            f"{_gb(lora.shared_bytes)} as one base plus the adapters",
+        ),
+    ]
 
 
 def _cold_lines(report: Report) -> list[str]:
@@ -227,9 +274,9 @@ def _rows(report: Report) -> list[tuple[str, str]]:
         if w.params and w.bits_per_weight
         else ""
     )
-    rows.append(
-        ("weights", f"{_gb(plan.weights_bytes)}  ({', '.join(x for x in (how, w.source) if x)})")
-    )
+    rows.append(("weights", f"{_gb(w.bytes)}  ({', '.join(x for x in (how, w.source) if x)})"))
+    if report.lora is not None:
+        rows += _lora_rows(report.lora)
     if work and plan.kv_bytes_per_token and plan.kv_bytes_per_sequence and plan.kv_bytes_total:
         ctx, seqs = work.workload.context_tokens, work.workload.sequences
         rows.append(
@@ -259,7 +306,8 @@ def _rows(report: Report) -> list[tuple[str, str]]:
     valid = f" Valid widths: {', '.join(map(str, plan.width.valid))}." if plan.width.valid else ""
     rows.append(("width", f"{width if width else 'none'}: {plan.width.reason}.{valid}"))
     if width and plan.weights_bytes_per_gpu is not None:
-        rows.append(("per GPU", f"{_gb(plan.weights_bytes_per_gpu)} of weights"))
+        buffers = " and LoRA buffers" if report.lora is not None else ""
+        rows.append(("per GPU", f"{_gb(plan.weights_bytes_per_gpu)} of weights{buffers}"))
     if plan.kv_budget_bytes_per_replica is not None:
         budget = f"{_gb(plan.kv_budget_bytes_per_replica)} of KV budget"
         if plan.kv_budget_tokens_per_replica is not None and work:

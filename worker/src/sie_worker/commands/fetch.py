@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from sie_worker.config.lora import lora_adapters
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.config.reader import config_files, load_config_file
 from sie_worker.errors import InvalidConfig, Problem
@@ -165,6 +166,11 @@ def _targets(configs: Sequence[ModelConfig], wanted: str | None) -> tuple[list[_
     skipped: list[str] = []
     for model in chosen:
         config = served[model].config
+        # A profile's LoRA adapters from the hub are fetched with it.
+        for lora in lora_adapters(served[model].profile.loadtime):
+            if not lora.local:
+                key = SnapshotKey.of(lora.source, lora.revision)
+                targets.setdefault(key, _Target(key)).models.append(f"{model}:{lora.name}")
         if config.model_path is not None:
             skipped.append(model)
             continue

@@ -8,7 +8,10 @@ head counts, powers of two preferred), the KV budget and concurrency of one repl
 replicas per node, a chart pool to start from, warnings about the declared width and
 kv_budget_tokens, and the cold start of a new replica by weight source (container start +
 weights / source rate + warm-up; --source, --startup-s, --warmup-s), with the requests that
-pile up meanwhile at --arrival-rate beyond --served-rate. ``--json`` prints the same fields
+pile up meanwhile at --arrival-rate beyond --served-rate; with ``lora_paths``, the adapters'
+memory (one adapter at its rank, the engine's GPU buffers for max_loras_per_batch adapters,
+counted in the total need, and the fine-tunes as merged models against one base plus
+adapters; --lora-rank). ``--json`` prints the same fields
 (README: "Sizing"). Units: bytes, and
 GB = 1e9 bytes. Exit 1 on bad input (unreadable config, no config.json and no --params,
 unknown GPU type).
@@ -47,6 +50,7 @@ from sie_worker.sizing.cold_start import (
     parse_source,
 )
 from sie_worker.sizing.gpus import GpuError, known_types
+from sie_worker.sizing.lora_inputs import lora_for
 from sie_worker.sizing.model_stats import (
     ModelStatsError,
     Weights,
@@ -102,6 +106,13 @@ def register(sub: Any) -> None:
         type=_bits,
         metavar="B",
         help="bits per weight, e.g. 16, 8, 4.5 (default: the config.json dtype/quantization)",
+    )
+    parser.add_argument(
+        "--lora-rank",
+        type=whole_number,
+        metavar="R",
+        help="rank of the profile's LoRA adapters (default: the largest r of their "
+        "adapter_config.json, else 16)",
     )
     parser.add_argument(
         "--model-dir",
@@ -202,7 +213,12 @@ def _report(args: argparse.Namespace) -> _size_report.Report:
     )
     kv_bytes, kv_source = kv_bytes_per_value(served)
     choice = workload_for(served, stats, context=args.context, sequences=args.sequences)
-    model = ModelSize(stats.shape, weights.bytes, kv_bytes)
+    lora = lora_for(
+        served, path, layers=stats.shape.layers, base_bytes=weights.bytes, rank=args.lora_rank
+    )
+    # The engine's adapter buffers take GPU memory beside the weights: the KV cache never
+    # gets it.
+    model = ModelSize(stats.shape, weights.bytes + (lora.buffer_bytes if lora else 0), kv_bytes)
     return _size_report.Report(
         served=served,
         declared_width=declared_width(served),
@@ -218,6 +234,7 @@ def _report(args: argparse.Namespace) -> _size_report.Report:
             served, stats, weights, hardware, context=choice.workload.context_tokens
         ),
         cold_start=cold,
+        lora=lora,
     )
 
 

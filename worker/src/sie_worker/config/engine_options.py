@@ -6,8 +6,9 @@ SIE adapters it serves, :class:`~sie_server.adapters.transformers.SieTransformer
 - SIE's options, under loadtime or runtime: ``pooling`` (cls or mean for SIE's flash
   adapters), ``normalize`` (true/false), the templates and instructions (strings), lengths
   (integers >= 1); ``trust_remote_code: true`` is refused (the engine runs no repository
-  code); ``lora_id`` is refused (multi-LoRA is not served yet); ``output_types`` other than
-  dense are refused.
+  code); ``lora_id`` is refused (the default engine serves LoRA adapters for generation, from
+  ``lora_paths``); ``output_types`` other than dense are refused;
+- ``lora_paths`` / ``max_loras_per_batch`` only on a model that generates.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ def transformers_problems(
         value = extras.get(key)
         if key in extras and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             found.append((key, f"must be an integer of at least 1, got {described(value)}"))
+    task = adapter.task(served.config.tasks)
+    for key in ("lora_paths", "max_loras_per_batch"):
+        if key in extras and task != "generate":
+            found.append(
+                (
+                    key,
+                    f"the default engine serves LoRA adapters for generation only, and this "
+                    f"model serves {task}: remove it, or serve the model with an SGLang adapter",
+                )
+            )
     encode = served.config.tasks.get("encode") or {}
     if adapter.task(served.config.tasks) == "encode":
         for kind in ("sparse", "multivector"):
@@ -95,7 +106,11 @@ def _value_problem(adapter: type[SieTransformersAdapter], key: str, value: Any) 
     if key in _LENGTHS and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         return f"must be an integer of at least 1, got {described(value)}"
     if key == "lora_id":
-        return "multi-LoRA serving is not served by this worker yet (issue 22); remove it"
+        return (
+            "a profile-wide embedding adapter is not served by the default engine (it serves "
+            "LoRA adapters for generation, from loadtime.lora_paths); remove it, or serve the "
+            "model with SIE's own image"
+        )
     if key == "output_types" and value not in (["dense"], None):
         return f"the default engine makes dense vectors only, got {described(value)}"
     return None

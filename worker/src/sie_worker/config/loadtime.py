@@ -33,6 +33,7 @@ from sie_worker.config.adapters import (
 )
 from sie_worker.config.engine_options import transformers_problems
 from sie_worker.config.jsonpath import json_path
+from sie_worker.config.lora import LoraAdapter, load_adapters, max_loras
 from sie_worker.config.model import JsonPath, ServedModel
 from sie_worker.config.model_shape import (
     ModelPathError,
@@ -93,6 +94,10 @@ class LoadOptions:
     sglang_version: str | None = None  # the SGLang release the argv is built for
     context_length: int | None = None  # --context-length (None: the model's config.json)
     warnings: tuple[str, ...] = ()  # accepted options this worker does not apply
+    # LoRA adapters (lora_paths), local sources resolved to absolute folders; hub ones stay
+    # repo ids until the worker fetches them (then their snapshot folders).
+    loras: tuple[LoraAdapter, ...] = ()
+    max_loras_per_batch: int | None = None  # with loras: declared, else SIE's default
 
 
 def adapter_of(served: ServedModel, settings: Settings) -> type[Adapter]:
@@ -211,6 +216,7 @@ class _Resolver:
             for where, message in transformers_problems(adapter, served, extras):
                 self.add(where, message)
         model_path = self._shape(width, adapter)
+        loras = self._loras()
         if self.problems:
             raise InvalidConfig(self.problems)
         return LoadOptions(
@@ -229,6 +235,8 @@ class _Resolver:
             sglang_version=release.version if release is not None else None,
             context_length=context_length(served, adapter),
             warnings=tuple(self.warnings + (checks.warnings if checks else [])),
+            loras=loras,
+            max_loras_per_batch=max_loras(loadtime, task) if loras else None,
         )
 
     # --- one check each ------------------------------------------------------------------
@@ -379,6 +387,17 @@ class _Resolver:
             )
             return None
         return int(value)
+
+    def _loras(self) -> tuple[LoraAdapter, ...]:
+        fetched = self.settings.weights_download == "worker"
+        loras, problems, unpinned = load_adapters(
+            self.loadtime, self.served.config.base_dir, fetched
+        )
+        for where, message in problems:
+            self.add([*self.base, *where], message)
+        for where, message in unpinned:
+            self.warnings.append(f"{json_path([*self.base, *where])}: {message}")
+        return loras
 
     def _shape(self, width: int, adapter: type[Adapter]) -> Path | None:
         """The local model directory (None: hf_id), and the head-count rule above width 1."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sie_worker.config.lora import lora_problems
 from sie_worker.config.rules import width_problem
 from sie_worker.config.runtime import sampling_problem, stops_problem
 from sie_worker.config.sglang_options import OptionTable, option_tables
@@ -31,6 +32,7 @@ __all__ = [
     "guard",
     "integer",
     "later",
+    "lora_paths",
     "mapping",
     "precision",
     "revision",
@@ -298,3 +300,9 @@ def sampling(value: Any, release: Release) -> str | None:
 @rule_of("a list of nonempty strings")
 def stops(value: Any, release: Release) -> str | None:
     return stops_problem(value)
+
+
+@rule_of("name -> repo id or folder, or a list of 'name=path' (see Multi-LoRA)")
+def lora_paths(value: Any, release: Release) -> str | None:
+    problems = lora_problems({"lora_paths": value})
+    return "; ".join(message for _, message in problems) or None

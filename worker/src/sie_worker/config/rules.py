@@ -11,6 +11,7 @@ values fit their kind.
 
 Every profile: ``tensor_parallel_size`` is an integer 1..8; ``extra_launch_args`` and
 ``extra_env``, at profile level or under loadtime, pass :mod:`sie_worker.config.launch_rules`;
+``lora_paths`` and ``max_loras_per_batch`` pass :mod:`sie_worker.config.lora`;
 the runtime options the worker applies are valid (:mod:`sie_worker.config.runtime`);
 ``extends`` names an existing profile without cycles; ``adapter_path`` is an adapter SIE
 defines or this image runs (remote adapters for ``remote_backed``); a profile-level
@@ -33,6 +34,7 @@ from sie_worker.config.launch_rules import (
     args_problems,
     env_problems,
 )
+from sie_worker.config.lora import lora_problems
 from sie_worker.config.model import DEFAULT_PROFILE, JsonPath
 from sie_worker.config.normalize import alias_problems, lookup
 from sie_worker.config.runtime import runtime_problems
@@ -195,6 +197,8 @@ def _profile_problems(
                 path = [*base, "adapter_options", "loadtime", "tensor_parallel_size"]
                 problems.append(Problem(json_path(path), message))
         lt = (*base, "adapter_options", "loadtime")
+        for sub, message in lora_problems(loadtime, tuple(names)):
+            problems.append(Problem(json_path([*lt, *sub]), message))
         problems += args_problems(loadtime.get("extra_launch_args"), (*lt, "extra_launch_args"))
         problems += env_problems(loadtime.get("extra_env"), (*lt, "extra_env"))
     if isinstance(runtime, dict):

@@ -13,7 +13,9 @@ with its option table when one ships. Beyond each option's own rule
   ``extra_buffer`` in ``extra_launch_args`` unless ``speculative_needs_extra_buffer: false``
   (SIE refuses the launch otherwise);
 - every ``--flag`` in ``extra_launch_args`` is one the release has (a unique prefix counts,
-  as in SGLang), else refused with the closest spelling.
+  as in SGLang), else refused with the closest spelling; ``--lora-paths``, ``--enable-lora``
+  and ``--max-loras-per-batch`` are refused there (``loadtime.lora_paths`` declares adapters),
+  and a ``--max-loaded-loras`` below the adapters or ``max_loras_per_batch`` (SGLang's rule).
 
 Hook options (SIE's own engine code) are accepted and reported as warnings.
 """
@@ -25,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sie_server.adapters.base import Adapter
+from sie_worker.config.lora import lora_adapters, max_loras
 from sie_worker.config.model import JsonPath, ServedModel
 from sie_worker.config.sglang_flags import SGLANG_OPTIONS, Release, option_problem
 from sie_worker.config.sglang_options import OptionTable, resolve, table_for
@@ -46,6 +49,9 @@ _CHECKED_BY_RESOLVER = frozenset(
     }
 )
 _THINKING_PARSERS = ("qwen3", "gemma4")
+# What loadtime.lora_paths and max_loras_per_batch set; other LoRA flags (rank, target
+# modules, backend) may be passed in extra_launch_args.
+_LORA_DESTS = frozenset({"lora_paths", "enable_lora", "max_loras_per_batch"})
 
 Where = str | JsonPath
 
@@ -92,7 +98,7 @@ class SGLangChecks:
 
     def problems(self) -> list[tuple[Where, str]]:
         found = self._engine() + self._options() + self._pairs() + self._speculative()
-        return found + self._extra_args()
+        return found + self._extra_args() + self._loaded_loras()
 
     def _engine(self) -> list[tuple[Where, str]]:
         adapter, release = self.adapter, self.release
@@ -183,6 +189,33 @@ class SGLangChecks:
             )
         ]
 
+    def _loaded_loras(self) -> list[tuple[Where, str]]:
+        """SGLang's own limits with ``--max-loaded-loras N`` in extra_launch_args: at least
+        max_loras_per_batch, and at least the adapters declared (else the engine exits)."""
+        table, args = self.release.table, self.served.profile.extra_launch_args
+        if table is None or "lora_paths" not in self.loadtime:
+            return []
+        loaded = None
+        for index, token in enumerate(args):
+            if resolve(token, table).dest == "max_loaded_loras":
+                raw = token.split("=", 1)[1] if "=" in token else next(iter(args[index + 1 :]), "")
+                loaded = int(raw) if raw.isdigit() else None
+        if loaded is None:
+            return []
+        count = len(lora_adapters(self.loadtime))
+        batch = max_loras(self.loadtime, self.adapter.task(self.served.config.tasks))
+        if loaded >= max(count, batch):
+            return []
+        return [
+            (
+                "lora_paths",
+                f"declares {count} adapter(s) with max_loras_per_batch {batch}, and "
+                f"--max-loaded-loras {loaded} in extra_launch_args is below "
+                f"{'the adapters' if count > batch else 'max_loras_per_batch'} (SGLang refuses "
+                f"to start): raise --max-loaded-loras to {max(count, batch)}, or remove it",
+            )
+        ]
+
     def _extra_args(self) -> list[tuple[Where, str]]:
         table, profile = self.release.table, self.served.profile
         if table is None:
@@ -200,6 +233,15 @@ class SGLangChecks:
                         where,
                         f"{token!r} is an ambiguous abbreviation in {self.release.name}: it "
                         f"could be {', '.join(match.candidates)}; spell out the option you mean",
+                    )
+                )
+            elif match.dest in _LORA_DESTS:
+                found.append(
+                    (
+                        where,
+                        f"{option} sets LoRA adapters behind the worker's back: declare them in "
+                        "loadtime.lora_paths (and max_loras_per_batch), so requests can name "
+                        "them and /v1/models lists them",
                     )
                 )
             elif not match.candidates:

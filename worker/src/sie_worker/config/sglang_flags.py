@@ -16,7 +16,7 @@ How options are applied (``applied``):
 - ``hook``: SIE implements it with its own code inside or around the engine (a patch of
   XGrammar, a logit processor, a verdict rewrite); stock SGLang has no such setting, so it is
   accepted, checked, and not applied (``sie-worker plan`` warns);
-- ``later``: not served yet (multi-LoRA): refused with why.
+- ``later``: not served yet: refused with why.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from sie_worker.config.option_rules import (
     fraction,
     guard,
     integer,
-    later,
+    lora_paths,
     mapping,
     precision,
     revision,
@@ -178,10 +178,11 @@ _TABLE: tuple[SGLangOption, ...] = (
        "the MLX repository SIE serves on Apple silicon; no effect on CUDA"),
     _o("config_kwargs", _ALL, "inert", None, mapping, "none",
        "Hugging Face config overrides; SIE's SGLang adapters ignore them too"),
-    _o("lora_paths", _ALL, "later", "--lora-paths", later("multi-LoRA serving, issue 22"), "none",
-       "The list of LoRA adapters to load."),
-    _o("max_loras_per_batch", _ALL, "later", "--max-loras-per-batch",
-       later("multi-LoRA serving, issue 22"), "SIE: 4 (generation), 8 (embedding)",
+    _o("lora_paths", _ALL, "flag", "--lora-paths", lora_paths, "none",
+       "LoRA adapters served on the base, chosen per request: --enable-lora "
+       "--max-loras-per-batch N --lora-paths name=path ... (hub adapters are fetched first)"),
+    _o("max_loras_per_batch", _ALL, "flag", "--max-loras-per-batch", integer(1),
+       "SIE's: 4 (generation), 8 (embedding)",
        "Maximum number of adapters for a running batch, include base-only request."),
     # SIE's embedding adapter.
     _o("dense_dim", _EMB, "inert", None, integer(1), "tasks.encode.dense.dim",

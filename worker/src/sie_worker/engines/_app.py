@@ -28,6 +28,7 @@ from sie_worker.engines._requests import (
     parse_completion,
     parse_embedding,
     parse_rerank,
+    requested_adapter,
 )
 from sie_worker.engines._state import EngineState
 from sie_worker.engines._stream import collect, stream_text
@@ -153,10 +154,14 @@ class _Api:
 
     async def completions(self, request: Request) -> Response:
         self._check_task(request)
-        req = parse_completion(await _json(request))
+        body = await _json(request)
+        req = parse_completion(body)
+        adapter = requested_adapter(body, self._name)
         generator = self._generator()
         prepared = [
-            await self._thread.call(generator.prepare, p, req.sampling, add_special_tokens=True)
+            await self._thread.call(
+                generator.prepare, p, req.sampling, add_special_tokens=True, adapter=adapter
+            )
             for p in req.prompts
         ]
         rid = shapes.new_id("cmpl")
@@ -192,11 +197,13 @@ class _Api:
 
     async def chat(self, request: Request) -> Response:
         self._check_task(request)
-        req = parse_chat(await _json(request))
+        body = await _json(request)
+        req = parse_chat(body)
+        adapter = requested_adapter(body, self._name)
         generator = self._generator()
         prompt, special = await self._thread.call(generator.chat_prompt, req.messages)
         prepared = await self._thread.call(
-            generator.prepare, prompt, req.sampling, add_special_tokens=special
+            generator.prepare, prompt, req.sampling, add_special_tokens=special, adapter=adapter
         )
         rid = shapes.new_id("chatcmpl")
         if req.stream:

@@ -31,12 +31,14 @@ __all__ = ["Generator", "Outcome", "Prepared"]
 
 _log = logging.getLogger("sie_worker.engines")
 _DEFAULT_CONTEXT = 2048
+_BASE = "__base__"  # peft's name for "no adapter" in adapter_names
 
 
 @dataclass(frozen=True)
 class Prepared:
     input_ids: tuple[int, ...]
     max_new_tokens: int
+    adapter: str | None = None  # the LoRA adapter it is generated with (None: the base)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Generator:
         context_length: int | None,
         local_only: bool,
         revision: str | None,
+        loras: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self._device = torch.device(placement.device)
         self._tokenizer: Any = AutoTokenizer.from_pretrained(
@@ -84,6 +87,9 @@ class Generator:
             context_length or _model_context(self._model.config) or _DEFAULT_CONTEXT
         )
         self.has_chat_template = bool(getattr(self._tokenizer, "chat_template", None))
+        self.adapters: tuple[str, ...] = tuple(name for name, _ in loras)
+        if loras:
+            self._model = _with_adapters(self._model, loras)
 
     def chat_prompt(self, messages: tuple[ChatMessage, ...]) -> tuple[str, bool]:
         """The prompt text, and whether tokenizing it should add special tokens."""
@@ -105,7 +111,14 @@ class Generator:
         # why: the template already wrote BOS and friends as text
         return str(text), False
 
-    def prepare(self, prompt: str, sampling: Sampling, *, add_special_tokens: bool) -> Prepared:
+    def prepare(
+        self,
+        prompt: str,
+        sampling: Sampling,
+        *,
+        add_special_tokens: bool,
+        adapter: str | None = None,
+    ) -> Prepared:
         ids = self._tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"]
         if not ids:
             raise EngineError("prompt: is empty after tokenization; send some text", param="prompt")
@@ -118,7 +131,18 @@ class Generator:
                 param="prompt",
             )
         wanted = sampling.max_tokens if sampling.max_tokens is not None else room
-        return Prepared(input_ids=tuple(ids), max_new_tokens=min(wanted, room))
+        return Prepared(tuple(ids), min(wanted, room), self._adapter(adapter))
+
+    def _adapter(self, name: str | None) -> str | None:
+        """``name`` when this engine serves that adapter (SGLang's 400 otherwise)."""
+        if name is None or name in self.adapters:
+            return name
+        loaded = ", ".join(repr(a) for a in self.adapters) or "none"
+        raise EngineError(
+            f"lora_path: the following requested LoRA adapters are not loaded: {name}; "
+            f"loaded adapters: {loaded}",
+            param="lora_path",
+        )
 
     def generate(
         self,
@@ -152,12 +176,29 @@ class Generator:
             "do_sample": sampling.temperature > 0.0,
             "pad_token_id": self._pad,
         }
+        if self.adapters:
+            # why: peft applies each sequence's own adapter (its mixed-batch inference), so
+            # requests for different adapters never switch shared state
+            kwargs["adapter_names"] = [prepared.adapter or _BASE]
         if self._eos:
             kwargs["eos_token_id"] = list(self._eos)
         if sampling.temperature > 0.0:
             # why: OpenAI semantics (no top-k) rather than the checkpoint's sampling defaults
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         return kwargs
+
+
+def _with_adapters(model: Any, loras: tuple[tuple[str, str], ...]) -> Any:
+    """The model wrapped by peft with every adapter loaded (none active by default: each
+    generation names its own, the base being peft's ``__base__``)."""
+    from peft import PeftModel
+
+    (first, folder), *rest = loras
+    _log.info("loading LoRA adapters %s", ", ".join(name for name, _ in loras))
+    wrapped: Any = PeftModel.from_pretrained(model, folder, adapter_name=first, is_trainable=False)
+    for name, path in rest:
+        wrapped.load_adapter(path, adapter_name=name, is_trainable=False)
+    return wrapped.eval()
 
 
 def _model_context(config: Any) -> int | None:

@@ -45,6 +45,9 @@ class EngineOptions:
     doc_template: str | None = None
     default_instruction: str | None = None
     normalize: bool = True
+    # generate: LoRA adapters (name, folder), chosen per request; peft applies them
+    loras: tuple[tuple[str, str], ...] = ()
+    max_loras_per_batch: int | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,6 +126,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="encode: the instruction of a query that brings none",
     )
     add(
+        "--lora",
+        dest="loras",
+        action="append",
+        type=_lora,
+        default=[],
+        metavar="NAME=FOLDER",
+        help="generate: a LoRA adapter (a PEFT folder) served on the model, chosen per request "
+        "by lora_path or model 'name:NAME'; repeat for more",
+    )
+    add(
+        "--max-loras-per-batch",
+        type=_positive("--max-loras-per-batch"),
+        default=None,
+        help="generate: SGLang's limit, accepted for the same configs; this engine generates "
+        "one sequence at a time, each with its own adapter",
+    )
+    add(
         "--no-normalize",
         dest="normalize",
         action="store_false",
@@ -149,6 +169,8 @@ def parse_options(argv: Sequence[str] | None = None) -> EngineOptions:
         doc_template=args.doc_template,
         default_instruction=args.default_instruction,
         normalize=args.normalize,
+        loras=_unique(args.loras),
+        max_loras_per_batch=args.max_loras_per_batch,
     )
 
 
@@ -159,6 +181,21 @@ def _dtype(raw: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{raw!r} is not a dtype; use one of auto, float32, bfloat16, float16"
         ) from None
+
+
+def _lora(raw: str) -> tuple[str, str]:
+    name, sep, folder = raw.partition("=")
+    if not sep or not name.strip() or not folder.strip():
+        raise argparse.ArgumentTypeError(f"--lora {raw!r}: write NAME=FOLDER")
+    return name.strip(), folder.strip()
+
+
+def _unique(loras: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    names = [name for name, _ in loras]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SystemExit(f"--lora: adapter names must be unique, got {', '.join(twice)} twice")
+    return tuple(loras)
 
 
 def _template(flag: str) -> Callable[[str], str]:

@@ -27,6 +27,7 @@ __all__ = [
     "parse_embedding",
     "parse_rerank",
     "render_chat_fallback",
+    "requested_adapter",
 ]
 
 EncodingFormat = Literal["float", "base64"]
@@ -233,6 +234,23 @@ def parse_chat(body: object) -> ChatRequest:
         stream=_flag(data, "stream"),
         include_usage=_include_usage(data),
     )
+
+
+def requested_adapter(body: object, served_name: str) -> str | None:
+    """The LoRA adapter a generation request names, as SGLang reads it: ``model``
+    ``<served name>:<adapter>`` first, else the ``lora_path`` field; None for the base."""
+    data = _object(body)
+    model = data.get("model")
+    if isinstance(model, str) and model.startswith(f"{served_name}:"):
+        named = model[len(served_name) + 1 :].strip()
+        if named:
+            return named
+    value = data.get("lora_path")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise EngineError("lora_path: must be an adapter name (a string)", param="lora_path")
+    return value.strip()
 
 
 def render_chat_fallback(messages: tuple[ChatMessage, ...]) -> str:

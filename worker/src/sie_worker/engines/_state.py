@@ -62,6 +62,7 @@ class EngineState:
                 backend=self.generator.backend,
                 max_model_len=self.generator.context_length,
                 chat_template=self.generator.has_chat_template,
+                lora_adapters=list(self.generator.adapters),
             )
         if self.error:
             info["error"] = self.error
@@ -109,6 +110,7 @@ def load(state: EngineState) -> None:
             context_length=options.context_length,
             local_only=local is not None,
             revision=None if local else options.revision,
+            loras=options.loras,
         )
     state.placement = placement
     state.load_seconds = time.monotonic() - started

@@ -261,7 +261,9 @@ class Gateway:
             raise InvalidRequest(
                 "body: expected a JSON object whose field `model` is the id of the model to use"
             )
-        model = self.catalogue.resolve(model, self.fleet.known_models())
+        known = self.fleet.known_models()
+        # A LoRA adapter's request (model:adapter) goes where its base model is.
+        model = self.catalogue.base_of(self.catalogue.resolve(model, known), known)
         return self._route(request, body, model, payload)
 
     async def native(self, request: Request) -> Response:

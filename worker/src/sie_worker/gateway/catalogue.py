@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sie_worker.config.adapters import UnknownAdapter, default_adapter_path, resolve_adapter
 from sie_worker.config.loadtime import declared_width
+from sie_worker.config.lora_choice import split_model
 from sie_worker.config.model import ServedModel, served_models
 from sie_worker.config.reader import load_config_dir
 from sie_worker.errors import Problem
@@ -90,6 +91,12 @@ class Catalogue:
             if other.lower() == model.lower():
                 return other
         return model
+
+    def base_of(self, model: str, known: Iterable[str] = ()) -> str:
+        """The model a request for ``model`` is placed as: the base of ``<base>:<adapter>``
+        (SGLang's LoRA form; a served id as written wins), else ``model`` itself."""
+        split = split_model(model, {*self.models, *known})
+        return split[0] if split is not None else model
 
     def fit(self, model: str, spec: PoolSpec) -> str | None:
         """None when the pool x bundle can serve ``model``, else why not (for ``no_pool``)."""

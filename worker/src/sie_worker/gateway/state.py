@@ -382,6 +382,8 @@ def parse_pod_models(body: Any) -> tuple[dict[str, str], dict[str, int]]:
     for entry in body["data"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             raise ValueError("/v1/models: every entry needs a string id")
+        if isinstance(entry.get("parent"), str):
+            continue  # a LoRA adapter lives on its base model, which is listed itself
         state = entry.get("state")
         states[entry["id"]] = state if isinstance(state, str) else "unloaded"
         width = entry.get("width")

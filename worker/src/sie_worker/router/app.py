@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sie_worker.config.lora_choice import split_model
 from sie_worker.errors import (
     EngineUnavailable,
     NotFound,
@@ -204,13 +205,18 @@ class _Router:
     async def openai(self, request: Request) -> Response:
         upstream = await self._upstream(request, model=None)
         model = model_of(upstream.body)
+        named = named_slot(request, self.settings.slot_count)
+        if named is None:
+            await self._first_poll()
+            # A LoRA adapter's request (model:adapter) goes where its base model is.
+            known = {m for view in self.table.views() for m in view.models}
+            split = split_model(model, known)
+            model = split[0] if split is not None else model
         upstream = Upstream(
             upstream.method, upstream.target, upstream.headers, upstream.body, model
         )
-        named = named_slot(request, self.settings.slot_count)
         if named is not None:
             return self._relay(upstream, self._to_named(named))
-        await self._first_poll()
         return self._relay(upstream, self._by_policy(model))
 
     async def sie(self, request: Request) -> Response:

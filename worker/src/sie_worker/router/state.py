@@ -300,6 +300,8 @@ def parse_models(body: Any) -> dict[str, ModelView]:
     for entry in body["data"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             raise ValueError("/v1/models: every entry needs a string id")
+        if isinstance(entry.get("parent"), str):
+            continue  # a LoRA adapter lives on its base model, which is listed itself
         devices = entry.get("devices")
         width = entry.get("width")
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:

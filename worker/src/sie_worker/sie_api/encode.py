@@ -2,8 +2,10 @@
 
 Request: ``{items: [{id?, text}], params?: {output_types?, instruction?, output_dtype?,
 options?: {is_query?, profile?, instruction?, normalize?, query_template?, doc_template?,
-default_instruction?, ...}}}``. Answer: ``{model, items: [{id?, dense: {dims, dtype,
-values}}], usage: {input_tokens}}``, one item per request item, in order.
+default_instruction?, lora?, lora_id?, ...}}}`` (``lora_id``, else ``lora``: one of the
+profile's LoRA adapters, sent to the engine as ``lora_path``). Answer: ``{model, items:
+[{id?, dense: {dims, dtype, values}}], usage: {input_tokens}}``, one item per request item,
+in order.
 
 The text a model reads follows SIE (:mod:`.texts`), from the request, then the profile's
 ``adapter_options.runtime``, then its ``loadtime``: the default engine forms it (it knows the
@@ -19,6 +21,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from sie_worker.config.lora_choice import ADAPTER_FIELD, check_adapter
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import EngineUnavailable
 from sie_worker.sie_api.call import EngineCall, check_serves
@@ -58,6 +61,7 @@ class EncodeRequest:
     is_query: bool
     profile: str | None
     options: Mapping[str, Any]  # params.options as sent
+    lora: tuple[str, str] | None = None  # (adapter, the field that named it)
 
 
 def parse_encode(body: object) -> EncodeRequest:
@@ -67,12 +71,11 @@ def parse_encode(body: object) -> EncodeRequest:
     params = optional_object(data, "params", "params")
     refuse_unknown(params, _PARAMS, "params")
     options = optional_object(params, "options", "params.options")
-    for key in ("lora", "lora_id"):
-        if options.get(key) is not None:
-            raise bad(
-                f"params.options.{key}",
-                "LoRA adapters are not served for encode by this worker; omit it",
-            )
+    lora: tuple[str, str] | None = None
+    for key in ("lora", "lora_id"):  # lora_id wins, as in SIE
+        name = optional_str(options, key, f"params.options.{key}")
+        if name:
+            lora = (name, f"params.options.{key}")
     output_dtype = optional_str(params, "output_dtype", "params.output_dtype") or "float32"
     if output_dtype not in OUTPUT_DTYPES:
         raise bad("params.output_dtype", f"{output_dtype!r}: use one of {', '.join(OUTPUT_DTYPES)}")
@@ -84,6 +87,7 @@ def parse_encode(body: object) -> EncodeRequest:
         is_query=bool(optional_bool(options, "is_query", "params.options.is_query")),
         profile=optional_str(options, "profile", "params.options.profile"),
         options=options,
+        lora=lora,
     )
 
 
@@ -152,6 +156,8 @@ def encode_call(
         merged,
         engine=engine,
     )
+    if request.lora is not None:
+        payload[ADAPTER_FIELD] = check_adapter(served, request.lora[0], param=request.lora[1])
     declared = dense_dims(served)
 
     def answer(engine_answer: Any, model: str) -> Response:

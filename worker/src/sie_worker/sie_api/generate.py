@@ -25,6 +25,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
+from sie_worker.config.lora_choice import check_adapter
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import EngineUnavailable
 from sie_worker.sie_api.call import EngineCall, EventTranslator, check_serves
@@ -266,19 +267,5 @@ def _grammar(value: object) -> tuple[str, Any] | None:
 
 def lora_path(served: ServedModel, name: str) -> str:
     """SGLang's ``lora_path`` for sie-sdk's ``lora_adapter``: one of the profile's
-    ``lora_paths`` names, else :class:`InvalidRequest` naming those it has."""
-    declared = served.profile.loadtime.get("lora_paths")
-    names = sorted(declared) if isinstance(declared, Mapping) else []
-    if isinstance(declared, list):
-        names = sorted(
-            str(p).split("=", 1)[0] if isinstance(p, str) else str(p.get("lora_name"))
-            for p in declared
-            if isinstance(p, str | Mapping)
-        )
-    if name not in names:
-        served_names = ", ".join(names) if names else "none"
-        raise bad(
-            "lora_adapter",
-            f"{name!r} is not a LoRA adapter of {served.id} (its adapters: {served_names})",
-        )
-    return name
+    ``lora_paths`` names, else :class:`~sie_worker.errors.UnknownModel` naming those it has."""
+    return check_adapter(served, name, param="lora_adapter")

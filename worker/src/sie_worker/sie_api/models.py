@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sie_worker.config.lora import adapter_names
 from sie_worker.config.model import DEFAULT_PROFILE, ModelConfig, served_models
 from sie_worker.model_states import ModelState, parse_state, progress
 
@@ -173,7 +174,7 @@ def _capabilities(config: ModelConfig) -> dict[str, Any] | None:
     if generate is None:
         return None
     declared = generate.get("capabilities") or {}
-    return {
+    capabilities: dict[str, Any] = {
         "streaming": declared.get("streaming", True),
         "grammar": list(declared.get("grammar") or []),
         "tools": declared.get("tools", False),
@@ -181,3 +182,14 @@ def _capabilities(config: ModelConfig) -> dict[str, Any] | None:
         "sql": declared.get("sql", False),
         "guard": declared.get("guard", False),
     }
+    # As SIE's gateway lists them: every profile's adapters, and the union.
+    per_profile = {
+        name: list(adapter_names(profile.loadtime))
+        for name, profile in config.profiles.items()
+        if adapter_names(profile.loadtime)
+    }
+    if per_profile:
+        union = [n for names in per_profile.values() for n in names]
+        capabilities["lora_adapters"] = list(dict.fromkeys(union))
+        capabilities["profile_lora_adapters"] = per_profile
+    return capabilities

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sie_worker.config.lora_choice import check_adapter, split_model
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.errors import UnknownModel
 from sie_worker.http.auth import BearerAuth
@@ -29,7 +30,7 @@ from sie_worker.worker.config_store import ConfigStore, parse_body, plain
 from sie_worker.worker.inference import SIE_PATHS, openai_request, sie_request
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.metrics import WorkerMetrics
-from sie_worker.worker.records import ModelRecord
+from sie_worker.worker.records import ModelRecord, adapter_entries
 from sie_worker.worker.request import ENDPOINT_TASKS
 
 __all__ = ["create_app"]
@@ -157,9 +158,15 @@ async def _get_model(request: Request) -> Response:
     manager = _manager(request)
     asked = request.path_params["model_id"]
     model_id = resolve_model_id(asked, manager.records)
-    record: ModelRecord = manager.record(model_id if model_id is not None else asked)
+    split = split_model(asked, manager.records) if model_id is None else None
+    record: ModelRecord = manager.record(split[0] if split else model_id or asked)
     info = model_info(record.served.config, _states(manager))
-    return JSONResponse(model_detail(manager.model_entry(record), info))
+    entry = manager.model_entry(record)
+    if split is not None:  # a LoRA adapter: its own entry, with its base's SIE info
+        check_adapter(record.served, split[1], param="model")
+        wanted = f"{record.id}:{split[1]}"
+        entry = next(e for e in adapter_entries(record, entry) if e["id"] == wanted)
+    return JSONResponse(model_detail(entry, info))
 
 
 async def _list_devices(request: Request) -> Response:

@@ -20,6 +20,13 @@ from starlette.responses import Response
 
 from sie_worker.config.adapters import UnknownAdapter
 from sie_worker.config.loadtime import adapter_of
+from sie_worker.config.lora_choice import (
+    ADAPTER_FIELD,
+    adapter_label,
+    check_adapter,
+    request_adapter,
+    split_model,
+)
 from sie_worker.config.model import ServedModel
 from sie_worker.config.runtime import request_runtime
 from sie_worker.errors import InvalidRequest, ModelLoading, UnknownModel
@@ -28,7 +35,7 @@ from sie_worker.settings import Settings
 from sie_worker.sie_api.call import EngineCall
 from sie_worker.sie_api.codec import decode_body, wants_json
 from sie_worker.sie_api.encode import encode_call, parse_encode
-from sie_worker.sie_api.generate import generate_call, lora_path, parse_generate
+from sie_worker.sie_api.generate import generate_call, parse_generate
 from sie_worker.sie_api.ids import resolve_model_id, with_profile
 from sie_worker.sie_api.score import parse_score, score_call
 from sie_worker.worker.manager import ModelManager
@@ -47,24 +54,31 @@ SIE_PATHS = {
 
 
 async def openai_request(request: Request) -> Response:
-    """An OpenAI request. Its ``model`` resolves as SIE's ids do (exactly first), and
-    sie-sdk's ``lora_adapter`` becomes SGLang's ``lora_path`` (SGLang drops unknown fields)."""
+    """An OpenAI request. Its ``model`` resolves as SIE's ids do (exactly first), else as
+    SGLang's ``<served id>:<adapter>``; the adapter it names (that suffix, SGLang's
+    ``lora_path``, or sie-sdk's ``lora_adapter``) goes to the engine as ``lora_path``."""
     started = time.monotonic()
     body = await request.body()
     payload = read_payload(body)
     manager = _manager(request)
     named = payload["model"]
-    asked = manager.record(resolve_model_id(named, manager.records) or named)
+    model_id = resolve_model_id(named, manager.records)
+    from_model = None
+    if model_id is None and (split := split_model(named, manager.records)) is not None:
+        model_id, from_model = split
+    asked = manager.record(model_id or named)
     raw: bytes | None = body if asked.id == named else None
-    adapter = payload.get("lora_adapter")
-    if adapter is not None:
-        if not isinstance(adapter, str) or not adapter:
-            raise InvalidRequest("lora_adapter: must be a nonempty string", param="lora_adapter")
+    adapter = request_adapter(payload, from_model)
+    param = "model" if from_model is not None else ADAPTER_FIELD
+    if from_model is None and payload.get(ADAPTER_FIELD) is None:
+        param = "lora_adapter"
+    if adapter is not None or "lora_adapter" in payload:
         payload = {k: v for k, v in payload.items() if k != "lora_adapter"}
-        payload["lora_path"] = lora_path(asked.served, adapter)
+        if adapter is not None:
+            payload[ADAPTER_FIELD] = adapter
         raw = None
     call = EngineCall(request.url.path, payload, stream=payload.get("stream") is True)
-    return await _serve(request, asked, call, started, raw=raw, sie=False)
+    return await _serve(request, asked, call, started, raw=raw, sie=False, param=param)
 
 
 async def sie_request(request: Request) -> Response:
@@ -116,10 +130,13 @@ async def _serve(
     *,
     raw: bytes | None,
     sie: bool,
+    param: str = ADAPTER_FIELD,
 ) -> Response:
     """Grammar routing, the task check, a lease, then the engine. ``raw``: the client's
     body, relayed unchanged when the served model is the one it names (None: rewrite it);
-    ``sie``: a request of SIE's native API (its body is the engine's JSON, not the client's)."""
+    ``sie``: a request of SIE's native API (its body is the engine's JSON, not the client's);
+    ``param``: the request field that named the adapter (``lora_path`` in the payload),
+    which must be one of the served model's."""
     manager = _manager(request)
     model_id = served_id(asked.served.config, asked.id, call.payload)
     record = manager.record(model_id)
@@ -129,6 +146,9 @@ async def _serve(
             f"{model_id} does not serve {request.url.path}: its config declares tasks "
             f"{sorted(record.served.config.tasks)}, not {task!r}"
         )
+    adapter = call.payload.get(ADAPTER_FIELD)
+    if isinstance(adapter, str):
+        check_adapter(record.served, adapter, param=param)
     if raw is not None and model_id == asked.id:
         body = raw
     else:
@@ -136,7 +156,12 @@ async def _serve(
     headers: Any = {"content-type": "application/json"} if sie else request.headers
     wait_s = load_wait(request.headers, sie_route=sie)
     try:
-        lease = await manager.acquire(model_id, started=started, wait_s=wait_s)
+        lease = await manager.acquire(
+            model_id,
+            started=started,
+            wait_s=wait_s,
+            adapter=adapter_label(record.served, adapter if isinstance(adapter, str) else None),
+        )
     except ModelLoading as exc:
         raise ModelLoading(
             f"{model_id} is still loading after {wait_s:g} s; retry after Retry-After "

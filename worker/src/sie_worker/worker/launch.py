@@ -18,6 +18,8 @@ SGLang arguments, in order:
 - ``--mem-fraction-static``, ``--attention-backend``, ``--grammar-backend``,
   ``--reasoning-parser``, ``--tool-call-parser``, ``--speculative-*``
   (:mod:`sie_worker.config.sglang_flags`);
+- with ``lora_paths``: ``--enable-lora --max-loras-per-batch N --lora-paths name=path ...``
+  (:mod:`sie_worker.config.lora`; a hub adapter's path is its fetched snapshot);
 - the prefill CUDA-graph switch (``--disable-prefill-cuda-graph`` from 0.5.20,
   ``--disable-piecewise-cuda-graph`` before), or with ``disable_cuda_graph``
   ``--cuda-graph-backend-{decode,prefill} disabled`` (0.5.19 on), ``--disable-cuda-graph``
@@ -40,6 +42,7 @@ from types import MappingProxyType
 
 from sie_worker.config.adapters import resolve_adapter
 from sie_worker.config.loadtime import LoadOptions
+from sie_worker.config.lora import sglang_lora_args
 from sie_worker.config.model import ServedModel
 from sie_worker.config.sglang_flags import SGLANG_OPTIONS, speculative_args
 from sie_worker.config.sglang_release import (
@@ -178,6 +181,8 @@ def engine_argv(
     spec = loadtime.get("speculative")
     if isinstance(spec, Mapping):
         argv += speculative_args(spec)
+    if options.loras:
+        argv += sglang_lora_args(options.loras, options.max_loras_per_batch or 4)
     if options.disable_cuda_graph:
         # Graphs off entirely: the prefill switch then has no effect, so it is omitted.
         if loadtime.get("disable_cuda_graph") is True:
@@ -205,6 +210,10 @@ def _transformers_argv(served: ServedModel, options: LoadOptions, *, port: int) 
         argv += ["--revision", str(revision)]
     if options.context_length is not None:
         argv += ["--context-length", str(options.context_length)]
+    for lora in options.loras:
+        argv += ["--lora", f"{lora.name}={lora.source}"]
+    if options.loras and options.max_loras_per_batch is not None:
+        argv += ["--max-loras-per-batch", str(options.max_loras_per_batch)]
     argv += profile.extra_launch_args
     return tuple(argv)
 

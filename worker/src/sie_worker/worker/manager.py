@@ -31,6 +31,7 @@ import anyio
 import httpx
 
 from sie_worker.config.loadtime import LoadOptions, resolve_load_options
+from sie_worker.config.lora import BASE_ADAPTER, LoraAdapter
 from sie_worker.config.model import ModelConfig, ServedModel, served_models
 from sie_worker.errors import (
     InvalidConfig,
@@ -43,6 +44,7 @@ from sie_worker.errors import (
 from sie_worker.model_states import MODEL_STATES
 from sie_worker.settings import Settings
 from sie_worker.worker.allocator import Claim, NoPlacement, Placement, place
+from sie_worker.worker.download_progress import Progress
 from sie_worker.worker.engine_process import start_group_guard
 from sie_worker.worker.engine_start import PortBook, start_engine
 from sie_worker.worker.engine_stops import EngineStops, consume_exception
@@ -53,6 +55,7 @@ from sie_worker.worker.records import (
     Lease,
     ModelRecord,
     RunningEngine,
+    adapter_entries,
     device_entries,
     model_entry,
     open_lease,
@@ -143,29 +146,44 @@ class ModelManager:
         return model_entry(record, self.devices)
 
     def model_entries(self) -> list[dict[str, Any]]:
-        return [model_entry(r, self.devices) for r in self.records.values()]
+        """Every served model, each followed by its LoRA adapters (``parent``: the model)."""
+        entries = []
+        for record in self.records.values():
+            entry = model_entry(record, self.devices)
+            entries += [entry, *adapter_entries(record, entry)]
+        return entries
 
     def device_entries(self) -> list[dict[str, Any]]:
         return device_entries(self.records.values(), self.devices)
 
     # --- requests -----------------------------------------------------------------------
 
-    async def acquire(self, model_id: str, *, started: float, wait_s: float | None = None) -> Lease:
+    async def acquire(
+        self,
+        model_id: str,
+        *,
+        started: float,
+        wait_s: float | None = None,
+        adapter: str = BASE_ADAPTER,
+    ) -> Lease:
         """A lease on the model's ready engine, loading it first when needed. ``started``
         (monotonic) is when the request arrived: the lease's release, or a failure here,
-        records the request's duration from then."""
+        records the request's duration from then; ``adapter`` is its LoRA adapter's label."""
         record = self.record(model_id)
         try:
-            return await self._acquire(record, started, wait_s)
+            return await self._acquire(record, started, wait_s, adapter)
         except SieError as error:
-            self.metrics.observe_request(model_id, str(error.status), time.monotonic() - started)
+            seconds = time.monotonic() - started
+            self.metrics.observe_request(model_id, str(error.status), seconds, adapter=adapter)
             raise
 
-    async def _acquire(self, record: ModelRecord, started: float, wait_s: float | None) -> Lease:
+    async def _acquire(
+        self, record: ModelRecord, started: float, wait_s: float | None, adapter: str
+    ) -> Lease:
         for _ in range(_ACQUIRE_ATTEMPTS):
             running = record.running
             if record.state == "ready" and running is not None:
-                return open_lease(record, running, self.metrics, started=started)
+                return open_lease(record, running, self.metrics, started=started, adapter=adapter)
             task = self._ensure_loading(record)
             if wait_s is None:
                 await _join_load(record.id, task)
@@ -342,7 +360,25 @@ class ModelManager:
             _log.info("%s: weights of %s downloaded to %s", record.id, key, snapshot.path)
         # Now that config.json is in the cache, the head-count rule can be checked.
         options = await anyio.to_thread.run_sync(resolve_load_options, served, self.settings)
-        return dataclasses.replace(options, model_path=str(snapshot.path))
+        loras = await self._fetch_adapters(record, options)
+        return dataclasses.replace(options, model_path=str(snapshot.path), loras=loras)
+
+    async def _fetch_adapters(
+        self, record: ModelRecord, options: LoadOptions
+    ) -> tuple[LoraAdapter, ...]:
+        """The profile's LoRA adapters with each hub one's source replaced by its snapshot
+        folder (fetched as the weights are: shared, resumable, trusted only complete)."""
+        loras = []
+        for lora in options.loras:
+            if lora.local:
+                loras.append(lora)
+                continue
+            key = SnapshotKey.of(lora.source, lora.revision)
+            with self.metrics.downloading(f"{record.id}:{lora.name}", Progress()) as track:
+                snapshot = await self._downloads.join(key).result()
+                track.outcome = "cached" if snapshot.cached else "downloaded"
+            loras.append(dataclasses.replace(lora, source=str(snapshot.path)))
+        return tuple(loras)
 
     async def _stop_loading(self, record: ModelRecord) -> None:
         """Let the model's load end: a download is stopped, an engine start is awaited."""

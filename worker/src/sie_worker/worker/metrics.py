@@ -101,14 +101,18 @@ class WorkerMetrics:
         )
         self.request_duration = Histogram(
             "sie_request_duration_seconds",
-            "OpenAI request duration (to the last byte), by model and HTTP status.",
-            ["model", "code"],
+            "Inference request duration (to the last byte), by model, HTTP status and LoRA "
+            "adapter (a declared adapter's name, else none).",
+            ["model", "code", "adapter"],
             registry=r,
         )
 
-    def observe_request(self, model: str, status: str, seconds: float) -> None:
-        """One request for ``model`` answered with HTTP ``status`` after ``seconds``."""
-        self.request_duration.labels(model=model, code=status).observe(seconds)
+    def observe_request(
+        self, model: str, status: str, seconds: float, *, adapter: str = "none"
+    ) -> None:
+        """One request for ``model`` (``adapter``: its LoRA adapter's label) answered with
+        HTTP ``status`` after ``seconds``."""
+        self.request_duration.labels(model=model, code=status, adapter=adapter).observe(seconds)
 
     @contextlib.contextmanager
     def downloading(self, model: str, progress: _Progress) -> Iterator[DownloadTrack]:

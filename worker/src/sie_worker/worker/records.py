@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sie_worker.config.loadtime import LoadOptions, declared_width
+from sie_worker.config.lora import BASE_ADAPTER, lora_adapters
 from sie_worker.config.model import ServedModel
 from sie_worker.model_states import ModelState
 from sie_worker.worker.download_progress import Progress
@@ -29,6 +30,7 @@ __all__ = [
     "LoadPhase",
     "ModelRecord",
     "RunningEngine",
+    "adapter_entries",
     "device_entries",
     "model_entry",
     "open_lease",
@@ -102,7 +104,12 @@ class Lease:
 
 
 def open_lease(
-    record: ModelRecord, running: RunningEngine, metrics: WorkerMetrics, *, started: float
+    record: ModelRecord,
+    running: RunningEngine,
+    metrics: WorkerMetrics,
+    *,
+    started: float,
+    adapter: str = BASE_ADAPTER,
 ) -> Lease:
     """Count one request in flight on ``running`` until the lease is released; the release
     records the request's status and its duration since ``started`` (monotonic)."""
@@ -123,7 +130,8 @@ def open_lease(
         metrics.inflight.labels(model=record.id).dec()
         if running.inflight == 0:
             running.idle.set()
-        metrics.observe_request(record.id, lease.status, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        metrics.observe_request(record.id, lease.status, seconds, adapter=adapter)
 
     lease.on_release = release
     return lease
@@ -151,6 +159,16 @@ def model_entry(record: ModelRecord, devices: Sequence[str]) -> dict[str, Any]:
         "bytes_done": download.done if download else None,
         "bytes_total": download.total if download else None,
     }
+
+
+def adapter_entries(record: ModelRecord, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One ``/v1/models`` entry per LoRA adapter of the record's profile, as vLLM lists
+    them: ``id`` ``<served id>:<adapter>``, ``parent`` the served id, ``root`` its source;
+    the rest is the base's (an adapter is served wherever its base is)."""
+    return [
+        {**entry, "id": f"{record.id}:{lora.name}", "parent": record.id, "root": lora.source}
+        for lora in lora_adapters(record.served.profile.loadtime)
+    ]
 
 
 def device_entries(records: Iterable[ModelRecord], devices: Sequence[str]) -> list[dict[str, Any]]:

@@ -67,6 +67,8 @@ class WeightFormat:
 WEIGHT_FORMATS: Final[tuple[WeightFormat, ...]] = (
     WeightFormat("safetensors", "*.safetensors", "model.safetensors.index.json"),
     WeightFormat("PyTorch", "pytorch_model*.bin", "pytorch_model.bin.index.json"),
+    # A PEFT (LoRA) adapter saved without safetensors.
+    WeightFormat("PEFT PyTorch", "adapter_model.bin", "adapter_model.bin.index.json"),
 )
 # Configs (config.json, generation_config.json, sentence-transformers modules), tokenizers
 # (tokenizer.json, tokenizer.model, vocab.txt, merges.txt, *.tiktoken), chat templates and
