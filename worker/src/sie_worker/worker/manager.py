@@ -10,7 +10,7 @@ Invariants kept here (and checked by the API tests):
   (bounded by ``drain_timeout_s``) and exits before the next engine starts on its devices.
 - A failed load, a crash or an unload releases the model's devices at once
   (:meth:`ModelManager._release`, the one release sequence).
-- A hub model's weights are fetched (:mod:`sie_worker.worker.weights`) before any device is
+- A hub model's weights are fetched (:mod:`sie_worker.worker.model_weights`) before any device is
   claimed: a long download never holds GPUs that other models could serve on, and never
   evicts a model that serves until then. A dry run of the placement comes first, so a load
   that could not be placed fails at once instead of after the download. An unload, a
@@ -21,7 +21,6 @@ Invariants kept here (and checked by the API tests):
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -31,7 +30,7 @@ import anyio
 import httpx
 
 from sie_worker.config.loadtime import LoadOptions, resolve_load_options
-from sie_worker.config.lora import BASE_ADAPTER, LoraAdapter
+from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.model import ModelConfig, ServedModel, served_models
 from sie_worker.errors import (
     InvalidConfig,
@@ -44,12 +43,12 @@ from sie_worker.errors import (
 from sie_worker.model_states import MODEL_STATES
 from sie_worker.settings import Settings
 from sie_worker.worker.allocator import Claim, NoPlacement, Placement, place
-from sie_worker.worker.download_progress import Progress
 from sie_worker.worker.engine_process import start_group_guard
 from sie_worker.worker.engine_start import PortBook, start_engine
 from sie_worker.worker.engine_stops import EngineStops, consume_exception
 from sie_worker.worker.hub_errors import DownloadCancelled
 from sie_worker.worker.metrics import LOAD_PHASES, WorkerMetrics
+from sie_worker.worker.model_weights import ModelWeights
 from sie_worker.worker.pin_keeper import PinKeeper
 from sie_worker.worker.records import (
     Lease,
@@ -60,8 +59,7 @@ from sie_worker.worker.records import (
     model_entry,
     open_lease,
 )
-from sie_worker.worker.shared_downloads import SnapshotDownloads
-from sie_worker.worker.snapshot_cache import HubSettings, SnapshotKey
+from sie_worker.worker.snapshot_cache import HubSettings
 
 __all__ = ["ModelManager"]
 
@@ -98,7 +96,7 @@ class ModelManager:
         self._ports = PortBook(self._running_ports)
         self._placement_backoff: dict[int, float] = {}
         self._keeper = PinKeeper(self.records.values, self._ensure_loading)
-        self._downloads = SnapshotDownloads(HubSettings.from_env(base_env))
+        self._weights = ModelWeights(HubSettings.from_env(base_env), metrics, settings)
         for config in configs.values():
             self._add_config(config)
         for model_id in settings.pinned_models:
@@ -118,7 +116,7 @@ class ModelManager:
         for task in loads:
             task.cancel()
         await asyncio.gather(*loads, return_exceptions=True)
-        await self._downloads.aclose()
+        await self._weights.aclose()
         async with self._lock:
             stops = [
                 self._release(r, "shutdown", drain=True)
@@ -343,42 +341,14 @@ class ModelManager:
     async def _fetch_weights(
         self, record: ModelRecord, served: ServedModel, options: LoadOptions
     ) -> LoadOptions:
-        """The download step: the model's snapshot, from the cache or the hub, before any
-        device is claimed; the options then point the engine at the local snapshot."""
-        config = served.config
-        key = SnapshotKey.of(config.hf_id, served.revision)
+        """The download step, before any device is claimed (:mod:`.model_weights`)."""
         async with self._lock:
             self._placement(record, options.width)  # refuse now what could not be placed
-            handle = self._downloads.join(key)
+            handle = self._weights.join(served)
             record.state, record.error, record.phase = "loading", None, "downloading"
             record.download = handle.progress
             self._refresh_gauges()
-        with self.metrics.downloading(record.id, handle.progress) as track:
-            snapshot = await handle.result()
-            track.outcome = "cached" if snapshot.cached else "downloaded"
-        if not snapshot.cached:
-            _log.info("%s: weights of %s downloaded to %s", record.id, key, snapshot.path)
-        # Now that config.json is in the cache, the head-count rule can be checked.
-        options = await anyio.to_thread.run_sync(resolve_load_options, served, self.settings)
-        loras = await self._fetch_adapters(record, options)
-        return dataclasses.replace(options, model_path=str(snapshot.path), loras=loras)
-
-    async def _fetch_adapters(
-        self, record: ModelRecord, options: LoadOptions
-    ) -> tuple[LoraAdapter, ...]:
-        """The profile's LoRA adapters with each hub one's source replaced by its snapshot
-        folder (fetched as the weights are: shared, resumable, trusted only complete)."""
-        loras = []
-        for lora in options.loras:
-            if lora.local:
-                loras.append(lora)
-                continue
-            key = SnapshotKey.of(lora.source, lora.revision)
-            with self.metrics.downloading(f"{record.id}:{lora.name}", Progress()) as track:
-                snapshot = await self._downloads.join(key).result()
-                track.outcome = "cached" if snapshot.cached else "downloaded"
-            loras.append(dataclasses.replace(lora, source=str(snapshot.path)))
-        return tuple(loras)
+        return await self._weights.local_options(record.id, served, handle)
 
     async def _stop_loading(self, record: ModelRecord) -> None:
         """Let the model's load end: a download is stopped, an engine start is awaited."""
