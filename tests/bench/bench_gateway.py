@@ -54,7 +54,7 @@ from tests.bench._bench import (
     write_result,
 )
 from tests.bench.fleet_sim import Workload, simulate
-from tests.bench.report import split_sections
+from tests.bench.report import record_section
 from tests.support.engine_fixtures import free_port
 
 __all__ = ["main"]
@@ -394,16 +394,6 @@ def _targets(data: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
-def _write_doc(section: str) -> None:
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    head, sections = split_sections(text)
-    sections = [(t, b) for t, b in sections if t != SECTION]
-    if sections and not sections[-1][1].endswith("\n\n"):
-        sections[-1] = (sections[-1][0], sections[-1][1].rstrip("\n") + "\n\n")
-    sections.append((SECTION, section))
-    DOC.write_text(head + "".join(f"## {t}\n{b}" for t, b in sections))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--streams", type=int, nargs="+", default=[64, 256])
@@ -435,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = _section(data)
     print(section)
     if not (args.no_doc or args.quick or args.skip):
-        _write_doc(section)
+        record_section(DOC, f"## {SECTION}\n{section}")
     return 0
 
 

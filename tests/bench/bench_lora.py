@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import re
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from typing import Any
 import httpx
 
 from tests.bench._bench import OUT, ROOT, prepare, services, start_worker, summary, write_result
+from tests.bench.report import record_section
 from tests.support import tiny_models
 from tests.support.default_worker import llama_config
 
@@ -197,17 +197,6 @@ def section(result: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
-def _record(path: Path, text: str) -> None:
-    """Replace this benchmark's section of ``path`` (or add it at the end); keep the rest."""
-    doc = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(doc):
-        doc = pattern.sub(lambda _: text.rstrip("\n") + "\n\n", doc, count=1).rstrip("\n") + "\n"
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
-    path.write_text(doc)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=3)
@@ -254,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_record:
         print("\n" + text)
     else:
-        _record(args.output, text)
+        record_section(args.output, text)
         print(f"\nwrote the '{SECTION[3:]}' section of {args.output}")
     return 1 if any(c["errors"] for c in cells.values()) else 0
 

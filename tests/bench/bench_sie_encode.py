@@ -27,7 +27,6 @@ import array
 import asyncio
 import base64
 import json
-import re
 import statistics
 import sys
 import time
@@ -40,6 +39,7 @@ import httpx
 import msgpack
 
 from tests.bench._bench import OUT, ROOT, prepare, services, start_worker, summary, write_result
+from tests.bench.report import record_section
 from tests.support.default_worker import minilm_config
 from tests.support.tiny_models import minilm_model_dir
 from tests.support.worker_fixtures import fake_model
@@ -220,18 +220,6 @@ def _section(result: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
-def _record(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (or add it at the end); keep the rest."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
-        text = text.rstrip("\n") + "\n"
-    else:
-        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    path.write_text(text)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=5)
@@ -290,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_record:
         print("\n" + section)
     else:
-        _record(args.output, section)
+        record_section(args.output, section)
         print(f"\nwrote the '{SECTION[3:]}' section of {args.output}")
     failed = any(c["errors"] for d in engines.values() for c in d["cells"].values())
     return 1 if failed else 0

@@ -60,6 +60,25 @@ def split_sections(text: str) -> tuple[str, list[tuple[str, str]]]:
     return head, sections
 
 
+def record_section(path: Path, section: str) -> None:
+    """Put ``section`` (its first line a ``## `` heading) into ``path``: in place of the
+    section with that heading, else at the end; every other section is kept as it is."""
+    heading, _, body = section.removeprefix("## ").partition("\n")
+    title, body = heading.strip(), body.rstrip("\n") + "\n\n"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    head, sections = split_sections(text)
+    if any(t == title for t, _ in sections):
+        sections = [(t, body if t == title else b) for t, b in sections]
+    else:
+        if sections:
+            sections[-1] = (sections[-1][0], sections[-1][1].rstrip("\n") + "\n\n")
+        else:
+            head = head.rstrip("\n") + "\n\n"
+        sections.append((title, body))
+    doc = head + "".join(f"## {t}\n{b}" for t, b in sections)
+    path.write_text(doc.rstrip("\n") + "\n")
+
+
 def _load(name: str) -> dict[str, Any] | None:
     path = OUT / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None

@@ -29,7 +29,6 @@ import datetime
 import os
 import platform
 import random
-import re
 import shlex
 import sys
 import tempfile
@@ -48,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from sie_worker.errors import InvalidRequest  # noqa: E402
 
+from tests.bench.report import record_section  # noqa: E402
 from tests.reliability._support import (  # noqa: E402 - after the path is set
     LOAD_ERRORS,
     Launcher,
@@ -316,18 +316,6 @@ def _tracebacks(log: str) -> list[str]:
     return found
 
 
-def _record(path: Path, section: str) -> None:
-    """Replace the ``## Soak`` section of ``path`` (or add it at the end); keep the rest."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(_SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
-        text = text.rstrip("\n") + "\n"
-    else:
-        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="measured load (10)")
@@ -395,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         if leftovers:
             print("engine processes outlived the worker:", leftovers)
         if not args.no_record:
-            _record(args.output, section)
+            record_section(args.output, section)
             print(f"recorded in {args.output}")
     return 0 if ok else 1
 
