@@ -165,3 +165,27 @@ def test_width_check_knows_the_heads_exactly_when_sizing_does(
         counts = _head_counts(body, Path(folder))
     sizing = _sizing_heads(body)
     assert counts == (sizing if isinstance(sizing, tuple) else None), sizing
+
+
+@pytest.mark.parametrize(
+    ("data", "hidden", "intermediate", "head_dim"),
+    [
+        ({"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32}, 4096,
+         14336, 128),
+        ({"n_embd": 768, "n_head": 12}, 768, None, 64),  # GPT-2 spellings, no MLP size
+        ({"text_config": {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4},
+          "hidden_size": 9}, 64, 128, 16),  # a multimodal model's text model
+    ],
+)  # fmt: skip
+def test_hidden_and_intermediate_sizes_come_from_the_text_models_section(
+    data: dict[str, Any], hidden: int, intermediate: int | None, head_dim: int
+) -> None:
+    hf = parse_hf_config(data)
+    assert (hf.hidden_size, hf.intermediate_size, hf.head_dim) == (hidden, intermediate, head_dim)
+
+
+def test_a_bad_hidden_size_is_invalid_for_the_head_dim_it_would_give() -> None:
+    hf = parse_hf_config({"hidden_size": "4096", "num_attention_heads": 32})
+    assert (hf.hidden_size, hf.head_dim) == (None, None)
+    assert hf.invalid["head_dim"] == hf.invalid["hidden_size"]
+    assert "hidden_size is '4096'" in hf.invalid["hidden_size"]

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sie_worker.config.hf_config import parse_hf_config
 from sie_worker.sizing.lora import (
     ALL_MODULES,
     adapter_bytes,
@@ -31,7 +32,7 @@ BASE_BYTES = 8.03e9 * 2
 
 
 def test_the_llama_3_8b_projections_are_the_seeds_modules() -> None:
-    dims = projection_dims(LLAMA_3_8B)
+    dims = projection_dims(parse_hf_config(LLAMA_3_8B))
     assert dims == {
         "q_proj": (4096, 4096), "k_proj": (4096, 1024), "v_proj": (4096, 1024),
         "o_proj": (4096, 4096), "gate_proj": (4096, 14336), "up_proj": (4096, 14336),
@@ -46,7 +47,7 @@ def test_the_llama_3_8b_projections_are_the_seeds_modules() -> None:
      (64, 167_772_160, "335.5", "2.09")],
 )  # fmt: skip
 def test_adapter_sizes_are_the_seeds(rank: int, params: int, mb: str, share: str) -> None:
-    dims = projection_dims(LLAMA_3_8B)
+    dims = projection_dims(parse_hf_config(LLAMA_3_8B))
     assert dims is not None
     size = adapter_bytes(rank, params_per_rank_per_layer(dims), 32, 2)
     assert rank * params_per_rank_per_layer(dims) * 32 == params
@@ -55,7 +56,7 @@ def test_adapter_sizes_are_the_seeds(rank: int, params: int, mb: str, share: str
 
 
 def test_four_buffers_at_rank_64_take_1_34_gb_and_twenty_variants_compare() -> None:
-    dims = projection_dims(LLAMA_3_8B)
+    dims = projection_dims(parse_hf_config(LLAMA_3_8B))
     assert dims is not None
     assert f"{buffer_bytes(4, 64, 81920, 32, 2) / 1e9:.2f}" == "1.34"
     sizing = lora_sizing(adapters=20, dims=dims, layers=32, base_bytes=BASE_BYTES,
@@ -73,10 +74,10 @@ def test_only_the_adapted_modules_count() -> None:
 
 
 def test_a_config_without_projection_sizes_gives_none() -> None:
-    assert projection_dims({"hidden_size": 64}) is None
-    assert projection_dims({**LLAMA_3_8B, "intermediate_size": True}) is None
-    nested = projection_dims({"text_config": LLAMA_3_8B})
-    assert nested == projection_dims(LLAMA_3_8B)
+    assert projection_dims(parse_hf_config({"hidden_size": 64})) is None
+    assert projection_dims(parse_hf_config({**LLAMA_3_8B, "intermediate_size": True})) is None
+    nested = projection_dims(parse_hf_config({"text_config": LLAMA_3_8B}))
+    assert nested == projection_dims(parse_hf_config(LLAMA_3_8B))
 
 
 @given(

@@ -8,7 +8,8 @@ from the top level:
 - attention heads: ``num_attention_heads`` | ``n_head`` | ``num_heads``
 - KV heads: ``num_key_value_heads`` | ``n_head_kv`` | ``num_kv_heads``; 1 with
   ``multi_query: true``; else the attention heads
-- head_dim: ``head_dim``, else ``hidden_size`` | ``n_embd`` | ``d_model`` over the heads
+- hidden size: ``hidden_size`` | ``n_embd`` | ``d_model``; ``intermediate_size`` (the MLP's)
+- head_dim: ``head_dim``, else the hidden size over the heads
 - latent KV width (multi-head latent attention): ``kv_lora_rank`` + ``qk_rope_head_dim``
 - ``max_position_embeddings``
 - bits per weight: ``quantization_config`` (top level or the section), else
@@ -68,6 +69,8 @@ class HFConfig:
     head_dim: int | None
     kv_latent_dim: int | None
     max_position_embeddings: int | None
+    hidden_size: int | None
+    intermediate_size: int | None
     bits_per_weight: float | None  # from quantization_config or the dtype; None when unknown
     bits_source: str
     quantized: bool
@@ -114,10 +117,14 @@ def parse_hf_config(data: Mapping[str, Any], *, source: str = "config.json") -> 
     kv = number("kv_heads", _KV_HEADS)
     if kv is None and "kv_heads" not in invalid and heads is not None:
         kv = 1 if section.get("multi_query") is True else heads
+    hidden = number("hidden_size", _HIDDEN)
+    intermediate = number("intermediate_size", ("intermediate_size",))
     head_dim = number("head_dim", ("head_dim",))
     if head_dim is None and "head_dim" not in invalid:
-        hidden = number("head_dim", _HIDDEN)
-        head_dim = hidden // heads if hidden is not None and heads is not None else None
+        if "hidden_size" in invalid:
+            invalid["head_dim"] = invalid["hidden_size"]
+        elif hidden is not None and heads is not None:
+            head_dim = hidden // heads
     latent = None
     rank = number("kv_latent_dim", ("kv_lora_rank",))
     rope = number("kv_latent_dim", ("qk_rope_head_dim",))
@@ -133,6 +140,8 @@ def parse_hf_config(data: Mapping[str, Any], *, source: str = "config.json") -> 
         head_dim=head_dim,
         kv_latent_dim=latent,
         max_position_embeddings=positions,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
         bits_per_weight=bits,
         bits_source=bits_source,
         quantized=quantized,

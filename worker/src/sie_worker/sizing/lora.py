@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from sie_worker.config.hf_config import HFConfig
 
 __all__ = [
     "ALL_MODULES",
@@ -37,7 +38,6 @@ __all__ = [
 ]
 
 ALL_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_SECTIONS = ("text_config", "language_config", "llm_config")
 
 
 def module_dims(
@@ -55,27 +55,17 @@ def module_dims(
     }
 
 
-def projection_dims(config: Mapping[str, Any]) -> dict[str, tuple[int, int]] | None:
-    """The projections of a ``config.json`` (its text model's, for multimodal ones), or
-    None when it lacks hidden_size, intermediate_size or the head counts."""
-    section: Mapping[str, Any] = config
-    for key in _SECTIONS:
-        inner = config.get(key)
-        if isinstance(inner, Mapping) and "hidden_size" in inner:
-            section = inner
-    hidden = _positive(section, "hidden_size")
-    intermediate = _positive(section, "intermediate_size")
-    heads = _positive(section, "num_attention_heads")
+def projection_dims(hf: HFConfig) -> dict[str, tuple[int, int]] | None:
+    """The projections of a model's config.json (its text model's, for multimodal ones:
+    :mod:`sie_worker.config.hf_config`), or None when it lacks the hidden size, the
+    intermediate size or the head counts."""
+    hidden, intermediate = hf.hidden_size, hf.intermediate_size
+    heads, kv_heads, head_dim = hf.attention_heads, hf.kv_heads, hf.head_dim
     if hidden is None or intermediate is None or heads is None:
         return None
-    kv_heads = _positive(section, "num_key_value_heads") or heads
-    head_dim = _positive(section, "head_dim") or hidden // heads
+    if kv_heads is None or head_dim is None:
+        return None
     return module_dims(hidden, intermediate, heads * head_dim, kv_heads * head_dim)
-
-
-def _positive(section: Mapping[str, Any], key: str) -> int | None:
-    value = section.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def params_per_rank_per_layer(

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sie_worker.config.hf_config import HFConfigError, read_hf_config
 from sie_worker.config.lora import ADAPTER_CONFIG, lora_adapters, max_loras, resolve_local
 from sie_worker.config.model import ServedModel
 from sie_worker.sizing.lora import ALL_MODULES, LoraSizing, lora_sizing, projection_dims
@@ -41,7 +42,10 @@ def lora_for(
     adapters = lora_adapters(loadtime)
     if not adapters:
         return None
-    dims = projection_dims(_json(config_json) or {})
+    try:
+        dims = projection_dims(read_hf_config(config_json))
+    except HFConfigError:
+        dims = None
     if dims is None:
         return None
     ranks, modules = [], set()
