@@ -30,7 +30,7 @@ from sie_server.adapters.base import Adapter
 from sie_worker.config.lora import lora_adapters, max_loras
 from sie_worker.config.model import JsonPath, ServedModel
 from sie_worker.config.sglang_flags import SGLANG_OPTIONS, Release, option_problem
-from sie_worker.config.sglang_options import OptionTable, resolve, table_for
+from sie_worker.config.sglang_options import OptionTable, flag_value, resolve, table_for
 from sie_worker.config.sglang_release import BUNDLE_VERSIONS, engine_version, version_key
 
 __all__ = ["MAMBA_DESTS", "SGLangChecks", "mamba_strategy", "release_of"]
@@ -65,15 +65,7 @@ def mamba_strategy(args: tuple[str, ...], table: OptionTable) -> tuple[str | Non
     """``(flag, value)`` of the last mamba radix-cache strategy setting in ``args``, two-token
     or ``--flag=value`` (the release's spelling of the flag; value None when unset)."""
     flag = next((s for d in MAMBA_DESTS for s in table.strings_of(d)), None)
-    value: str | None = None
-    for index, token in enumerate(args):
-        match = resolve(token, table)
-        if match.dest in MAMBA_DESTS:
-            if "=" in token:
-                value = token.split("=", 1)[1]
-            elif index + 1 < len(args):
-                value = args[index + 1]
-    return flag, value
+    return flag, flag_value(args, MAMBA_DESTS, table)
 
 
 class SGLangChecks:
@@ -195,11 +187,8 @@ class SGLangChecks:
         table, args = self.release.table, self.served.profile.extra_launch_args
         if table is None or "lora_paths" not in self.loadtime:
             return []
-        loaded = None
-        for index, token in enumerate(args):
-            if resolve(token, table).dest == "max_loaded_loras":
-                raw = token.split("=", 1)[1] if "=" in token else next(iter(args[index + 1 :]), "")
-                loaded = int(raw) if raw.isdigit() else None
+        raw = flag_value(args, {"max_loaded_loras"}, table)
+        loaded = int(raw) if raw is not None and raw.isdigit() else None
         if loaded is None:
             return []
         count = len(lora_adapters(self.loadtime))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -24,6 +24,7 @@ __all__ = [
     "FlagMatch",
     "OptionTable",
     "disables_cuda_graph",
+    "flag_value",
     "option_tables",
     "resolve",
     "table_for",
@@ -105,6 +106,19 @@ def resolve(token: str, table: OptionTable) -> FlagMatch:
         return FlagMatch(token, (option,), (table.options[option],))
     hits = sorted(s for s in table.options if s.startswith(option))
     return FlagMatch(token, tuple(hits), tuple(table.options[s] for s in hits))
+
+
+def flag_value(args: Sequence[str], dests: Collection[str], table: OptionTable) -> str | None:
+    """The value the last flag of ``args`` that sets one of ``dests`` gives it, as argparse
+    reads it (abbreviations, ``--flag=value`` or ``--flag value``); None when none does."""
+    value: str | None = None
+    for index, token in enumerate(args):
+        if resolve(token, table).dest in dests:
+            if "=" in token:
+                value = token.split("=", 1)[1]
+            elif index + 1 < len(args):
+                value = args[index + 1]
+    return value
 
 
 @cache

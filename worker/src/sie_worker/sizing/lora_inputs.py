@@ -21,6 +21,7 @@ from typing import Any
 from sie_worker.config.hf_config import HFConfigError, read_hf_config
 from sie_worker.config.lora import ADAPTER_CONFIG, lora_adapters, max_loras, resolve_local
 from sie_worker.config.model import ServedModel
+from sie_worker.config.sglang_options import flag_value, option_tables
 from sie_worker.sizing.lora import ALL_MODULES, LoraSizing, lora_sizing, projection_dims
 
 __all__ = ["ASSUMED_RANK", "lora_for"]
@@ -81,17 +82,12 @@ def lora_for(
 
 
 def _max_lora_rank(args: tuple[str, ...]) -> tuple[int, str] | None:
-    """``--max-lora-rank N`` (or ``=N``) from extra_launch_args, the last one."""
-    found = None
-    for index, token in enumerate(args):
-        value = None
-        if token.startswith("--max-lora-rank="):
-            value = token.split("=", 1)[1]
-        elif token == "--max-lora-rank" and index + 1 < len(args):
-            value = args[index + 1]
-        if value is not None and value.isdigit() and int(value) > 0:
-            found = (int(value), "--max-lora-rank in extra_launch_args")
-    return found
+    """``--max-lora-rank`` from extra_launch_args as SGLang reads it (any shipped release)."""
+    for table in option_tables():
+        raw = flag_value(args, {"max_lora_rank"}, table)
+        if raw is not None and raw.isdigit() and int(raw) > 0:
+            return int(raw), "--max-lora-rank in extra_launch_args"
+    return None
 
 
 def _json(path: Path) -> Mapping[str, Any] | None:
