@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from sie_worker.http.poll import PollError
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import ModelView
 from sie_worker.router.settings import RouterSettings
-from sie_worker.router.state import PollError, SlotTable, parse_devices, parse_models
+from sie_worker.router.state import SlotTable, parse_devices, parse_models
 
 
 class Clock:

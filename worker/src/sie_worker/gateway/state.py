@@ -29,6 +29,7 @@ from sie_worker.gateway.metrics import GatewayMetrics
 from sie_worker.gateway.policy import GroupView
 from sie_worker.gateway.pools import PoolKey, PoolSpec
 from sie_worker.gateway.settings import GatewaySettings
+from sie_worker.http.poll import PollError, poll_answers
 
 __all__ = [
     "Endpoint",
@@ -36,7 +37,6 @@ __all__ = [
     "Group",
     "PodPoll",
     "PodState",
-    "PollError",
     "parse_pod_devices",
     "parse_pod_models",
     "poll_pod",
@@ -45,14 +45,6 @@ __all__ = [
 logger = logging.getLogger("sie_worker.gateway")
 
 Abort = Callable[[], None]
-
-
-class PollError(Exception):
-    """A pod's answer to a poll could not be used; ``refused`` when nothing listens."""
-
-    def __init__(self, message: str, *, refused: bool = False) -> None:
-        super().__init__(message)
-        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -334,36 +326,7 @@ async def poll_pod(
     client: httpx.AsyncClient, url: str, headers: Mapping[str, str], timeout_s: float
 ) -> PodPoll:
     """One poll of one pod's router: its models, its devices and its slots' readiness."""
-    paths: tuple[tuple[str, dict[str, str]], ...] = (
-        ("/v1/models", dict(headers)),
-        ("/v1/devices", dict(headers)),
-        ("/readyz", {}),
-    )
-    answers: list[httpx.Response | Exception] = [RuntimeError("not polled")] * len(paths)
-
-    async def get(index: int) -> None:
-        path, path_headers = paths[index]
-        try:
-            answers[index] = await client.get(
-                f"{url}{path}", headers=path_headers, timeout=timeout_s
-            )
-        except Exception as exc:  # reported below, after all three have ended
-            answers[index] = exc
-
-    async with anyio.create_task_group() as tg:
-        for index in range(len(paths)):
-            tg.start_soon(get, index)
-    for answer in answers:
-        if isinstance(answer, httpx.ConnectError):
-            raise PollError(f"connection refused at {url}: {answer}", refused=True) from answer
-        if isinstance(answer, httpx.HTTPError):
-            raise PollError(f"poll of {url} failed: {type(answer).__name__}: {answer}") from answer
-        if isinstance(answer, BaseException):
-            raise answer
-    models_r, devices_r, ready_r = [a for a in answers if isinstance(a, httpx.Response)]
-    for response in (models_r, devices_r):
-        if response.status_code != 200:
-            raise PollError(f"{response.request.url} answered {response.status_code}")
+    models_r, devices_r, ready_r = await poll_answers(client, url, headers, timeout_s)
     try:
         models, widths = parse_pod_models(models_r.json())
         free_run = parse_pod_devices(devices_r.json())

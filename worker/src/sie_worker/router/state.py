@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import httpx
 
+from sie_worker.http.poll import PollError, poll_answers
 from sie_worker.model_states import MODEL_STATES, parse_state
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import (
@@ -36,7 +37,6 @@ from sie_worker.router.policy import (
 from sie_worker.router.settings import RouterSettings
 
 __all__ = [
-    "PollError",
     "RoutingPolicy",
     "SlotState",
     "SlotTable",
@@ -49,14 +49,6 @@ logger = logging.getLogger("sie_worker.router")
 
 RoutingPolicy = Callable[[str, Sequence[SlotView]], Decision | None]
 Abort = Callable[[], None]
-
-
-class PollError(Exception):
-    """A worker's answer to a poll could not be used; ``refused`` when nothing listens."""
-
-    def __init__(self, message: str, *, refused: bool = False) -> None:
-        super().__init__(message)
-        self.refused = refused
 
 
 @dataclass
@@ -252,38 +244,7 @@ async def poll_slot(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
 ) -> tuple[dict[str, ModelView], tuple[tuple[str, str | None], ...], bool]:
     """One poll of one worker: its models, its devices and whether it is ready."""
-    paths: tuple[tuple[str, dict[str, str]], ...] = (
-        ("/v1/models", headers),
-        ("/v1/devices", headers),
-        ("/readyz", {}),
-    )
-    answers: list[httpx.Response | Exception] = [RuntimeError("not polled")] * len(paths)
-
-    async def get(index: int) -> None:
-        path, path_headers = paths[index]
-        try:
-            answers[index] = await client.get(
-                f"{url}{path}", headers=path_headers, timeout=timeout_s
-            )
-        except Exception as exc:  # reported below, after all three have ended
-            answers[index] = exc
-
-    # A task group, not asyncio.gather: cancelling the poller (router shutdown) then waits
-    # for all three requests to end instead of leaving a connect attempt behind.
-    async with anyio.create_task_group() as tg:
-        for index in range(len(paths)):
-            tg.start_soon(get, index)
-    for answer in answers:
-        if isinstance(answer, httpx.ConnectError):
-            raise PollError(f"connection refused at {url}: {answer}", refused=True) from answer
-        if isinstance(answer, httpx.HTTPError):
-            raise PollError(f"poll of {url} failed: {type(answer).__name__}: {answer}") from answer
-        if isinstance(answer, BaseException):
-            raise answer
-    models_r, devices_r, ready_r = [a for a in answers if isinstance(a, httpx.Response)]
-    for response in (models_r, devices_r):
-        if response.status_code != 200:
-            raise PollError(f"{response.request.url} answered {response.status_code}")
+    models_r, devices_r, ready_r = await poll_answers(client, url, headers, timeout_s)
     try:
         models = parse_models(models_r.json())
         devices = parse_devices(devices_r.json())
