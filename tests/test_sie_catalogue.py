@@ -38,7 +38,7 @@ from sie_worker.config.sglang_options import option_tables, resolve
 from sie_worker.config.sglang_release import BUNDLE_VERSIONS, PINNED_VERSION
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
-from sie_worker.worker.launch import plan_launch
+from sie_worker.worker.launcher.plan import plan_launch
 
 from tests.support.config_strategies import json_values, mutated
 from tests.support.sie_wheel import catalogue_dir

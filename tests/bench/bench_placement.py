@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sie_worker.worker.allocator import Claim, NoPlacement, place
+from sie_worker.worker.placement.allocator import Claim, NoPlacement, place
 
 from tests.bench._bench import summary, write_result
 

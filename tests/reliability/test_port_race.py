@@ -18,8 +18,8 @@ import httpx
 import pytest
 from sie_worker.config.reader import parse_config
 from sie_worker.settings import Settings
-from sie_worker.worker import ports
-from sie_worker.worker.engine_process import EngineProcess, PortInUse
+from sie_worker.worker.launcher import ports
+from sie_worker.worker.launcher.process import EngineProcess, PortInUse
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.metrics import WorkerMetrics
 

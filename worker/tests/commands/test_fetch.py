@@ -226,8 +226,8 @@ def test_on_a_terminal_progress_is_a_tqdm_bar_of_bytes() -> None:
     from concurrent.futures import Future
 
     from sie_worker.commands import fetch as command
-    from sie_worker.worker.download_progress import Progress
-    from sie_worker.worker.snapshot_cache import SnapshotKey
+    from sie_worker.worker.weights.cache import SnapshotKey
+    from sie_worker.worker.weights.progress import Progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sie_worker.cli import main
-from sie_worker.worker.ports import ENGINE_PORTS, RENDEZVOUS_PORTS
+from sie_worker.worker.launcher.ports import ENGINE_PORTS, RENDEZVOUS_PORTS
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "values-examples" / "models"
@@ -212,7 +212,7 @@ def test_an_sie_adapter_this_image_does_not_run_is_refused_naming_its_bundle(
 def test_a_model_complete_in_the_cache_is_planned_from_its_snapshot(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from sie_worker.worker.snapshot_cache import mark_complete
+    from sie_worker.worker.weights.cache import mark_complete
 
     commit = "c" * 40
     repo = tmp_path / "hub" / "models--my-org--my-large-model"
@@ -241,6 +241,6 @@ def test_a_model_missing_from_the_cache_is_planned_with_its_hub_id_and_a_note(
 
 
 def _key() -> Any:
-    from sie_worker.worker.snapshot_cache import SnapshotKey
+    from sie_worker.worker.weights.cache import SnapshotKey
 
     return SnapshotKey("my-org/my-large-model")

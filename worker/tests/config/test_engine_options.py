@@ -13,7 +13,7 @@ from sie_worker.config.model import served_model
 from sie_worker.config.reader import parse_config
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
-from sie_worker.worker.launch import plan_launch
+from sie_worker.worker.launcher.plan import plan_launch
 
 ST = "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter"
 BERT = "sie_server.adapters.bert_flash:BertFlashAdapter"

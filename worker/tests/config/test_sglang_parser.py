@@ -29,7 +29,7 @@ from sie_worker.config.model import served_models
 from sie_worker.config.reader import parse_config
 from sie_worker.config.sglang_release import BUNDLE_VERSIONS, PINNED_VERSION, version_key
 from sie_worker.settings import Settings
-from sie_worker.worker.launch import plan_launch
+from sie_worker.worker.launcher.plan import plan_launch
 
 ROOT = Path(__file__).resolve().parents[3]
 HARNESS = ROOT / "tests" / "support" / "sglang_parser_harness.py"

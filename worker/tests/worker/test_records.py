@@ -10,7 +10,7 @@ from typing import Any, cast
 from sie_worker.config.loadtime import LoadOptions
 from sie_worker.config.model import served_model
 from sie_worker.config.reader import parse_config
-from sie_worker.worker.engine_process import EngineProcess
+from sie_worker.worker.launcher.process import EngineProcess
 from sie_worker.worker.metrics import WorkerMetrics
 from sie_worker.worker.records import ModelRecord, RunningEngine, open_lease
 

@@ -35,10 +35,10 @@ from sie_worker.config.lora import lora_adapters
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.config.reader import config_files, load_config_file
 from sie_worker.errors import InvalidConfig, Problem
-from sie_worker.worker.download_progress import Progress
-from sie_worker.worker.hub_errors import DownloadFailed
-from sie_worker.worker.snapshot_cache import HubSettings, Snapshot, SnapshotKey
-from sie_worker.worker.weights import fetch_snapshot
+from sie_worker.worker.weights.cache import HubSettings, Snapshot, SnapshotKey
+from sie_worker.worker.weights.download import fetch_snapshot
+from sie_worker.worker.weights.hub_errors import DownloadFailed
+from sie_worker.worker.weights.progress import Progress
 
 __all__ = ["register", "run"]
 

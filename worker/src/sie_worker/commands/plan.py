@@ -32,9 +32,9 @@ from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import SettingsError
 from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
 from sie_worker.sizing.gpus import GpuError
-from sie_worker.worker import ports
-from sie_worker.worker.launch import plan_launch
-from sie_worker.worker.snapshot_cache import HubSettings, SnapshotKey, cached_snapshot
+from sie_worker.worker.launcher import ports
+from sie_worker.worker.launcher.plan import plan_launch
+from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, cached_snapshot
 
 __all__ = ["register", "run"]
 

@@ -6,7 +6,8 @@ embedding adapter), how it is applied, the SGLang flag it means (its help text i
 SGLang's own ``--help``, 0.5.10.post1 and 0.5.23), the value rule
 (:mod:`sie_worker.config.option_rules`), and the default. A flag the release lacks is
 refused there (:func:`option_problem`). Pure; the resolver in
-:mod:`sie_worker.config.loadtime` and the launcher in :mod:`sie_worker.worker.launch` read it.
+:mod:`sie_worker.config.loadtime` and the launch plan
+(:mod:`sie_worker.worker.launcher.plan`) read it.
 
 How options are applied (``applied``):
 

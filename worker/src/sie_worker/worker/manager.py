@@ -10,11 +10,11 @@ Invariants kept here (and checked by the API tests):
   (bounded by ``drain_timeout_s``) and exits before the next engine starts on its devices.
 - A failed load, a crash or an unload releases the model's devices at once
   (:meth:`ModelManager._release`, the one release sequence).
-- A hub model's weights are fetched (:mod:`sie_worker.worker.model_weights`) before any device is
-  claimed: a long download never holds GPUs that other models could serve on, and never
-  evicts a model that serves until then. A dry run of the placement comes first, so a load
-  that could not be placed fails at once instead of after the download. An unload, a
-  removed config or a shutdown stops a download in progress.
+- A hub model's weights are fetched (:mod:`sie_worker.worker.weights.load_step`) before
+  any device is claimed: a long download never holds GPUs that other models could serve
+  on, and never evicts a model that serves until then. A dry run of the placement comes
+  first, so a load that could not be placed fails at once instead of after the download.
+  An unload, a removed config or a shutdown stops a download in progress.
 - Pinned models are never evicted; the keeper reloads them (with backoff) when they fail.
 """
 
@@ -42,14 +42,12 @@ from sie_worker.errors import (
 )
 from sie_worker.model_states import MODEL_STATES
 from sie_worker.settings import Settings
-from sie_worker.worker.allocator import Claim, NoPlacement, Placement, place
-from sie_worker.worker.engine_process import start_group_guard
-from sie_worker.worker.engine_start import PortBook, start_engine
-from sie_worker.worker.engine_stops import EngineStops, consume_exception
-from sie_worker.worker.hub_errors import DownloadCancelled
+from sie_worker.worker.launcher.process import start_group_guard
+from sie_worker.worker.launcher.start import PortBook, start_engine
+from sie_worker.worker.launcher.stops import EngineStops, consume_exception
 from sie_worker.worker.metrics import LOAD_PHASES, WorkerMetrics
-from sie_worker.worker.model_weights import ModelWeights
 from sie_worker.worker.pin_keeper import PinKeeper
+from sie_worker.worker.placement.allocator import Claim, NoPlacement, Placement, place
 from sie_worker.worker.records import (
     Lease,
     ModelRecord,
@@ -59,7 +57,9 @@ from sie_worker.worker.records import (
     model_entry,
     open_lease,
 )
-from sie_worker.worker.snapshot_cache import HubSettings
+from sie_worker.worker.weights.cache import HubSettings
+from sie_worker.worker.weights.hub_errors import DownloadCancelled
+from sie_worker.worker.weights.load_step import ModelWeights
 
 __all__ = ["ModelManager"]
 
@@ -341,7 +341,7 @@ class ModelManager:
     async def _fetch_weights(
         self, record: ModelRecord, served: ServedModel, options: LoadOptions
     ) -> LoadOptions:
-        """The download step, before any device is claimed (:mod:`.model_weights`)."""
+        """The download step, before any device is claimed (:mod:`.weights.load_step`)."""
         async with self._lock:
             self._placement(record, options.width)  # refuse now what could not be placed
             handle = self._weights.join(served)

@@ -21,9 +21,9 @@ from sie_worker.config.loadtime import LoadOptions, declared_width
 from sie_worker.config.lora import BASE_ADAPTER, lora_adapters
 from sie_worker.config.model import ServedModel
 from sie_worker.model_states import ModelState
-from sie_worker.worker.download_progress import Progress
-from sie_worker.worker.engine_process import EngineProcess
+from sie_worker.worker.launcher.process import EngineProcess
 from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.weights.progress import Progress
 
 __all__ = [
     "Lease",

@@ -20,7 +20,7 @@ from sie_worker.config.sglang_release import (
     version_key,
 )
 from sie_worker.settings import Settings
-from sie_worker.worker.launch import engine_env, env_delta, plan_launch
+from sie_worker.worker.launcher.plan import engine_env, env_delta, plan_launch
 
 EMBEDDING = "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter"
 CHAT = "sie_server.adapters.sglang.chat:SGLangChatAdapter"

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sie_worker.worker.weight_files import bytes_done, bytes_total
+from sie_worker.worker.weights.files import bytes_done, bytes_total
 
 __all__ = ["Progress", "Stopped"]
 

@@ -13,7 +13,7 @@ import pytest
 from tests.support.ports import free_port
 
 from sie_worker.errors import LoadFailed, StartupTimeout
-from sie_worker.worker.engine_process import EngineProcess
+from sie_worker.worker.launcher.process import EngineProcess
 
 
 @pytest.fixture

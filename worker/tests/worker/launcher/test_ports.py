@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from sie_worker.errors import LoadFailed
-from sie_worker.worker.ports import (
+from sie_worker.worker.launcher.ports import (
     ENGINE_PORTS,
     RENDEZVOUS_PORTS,
     NoFreePort,

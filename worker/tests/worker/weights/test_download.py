@@ -13,12 +13,12 @@ import pytest
 from huggingface_hub import constants as hf_constants
 from tests.support.fake_hub import FakeHub, fetched_files, synthetic_model_files
 
-from sie_worker.worker import weights
-from sie_worker.worker.download_progress import Progress
-from sie_worker.worker.hub_errors import DownloadCancelled, DownloadFailed
-from sie_worker.worker.shared_downloads import SnapshotDownloads
-from sie_worker.worker.snapshot_cache import HubSettings, SnapshotKey, cached_snapshot
-from sie_worker.worker.weights import fetch_snapshot
+from sie_worker.worker.weights import download
+from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, cached_snapshot
+from sie_worker.worker.weights.download import fetch_snapshot
+from sie_worker.worker.weights.hub_errors import DownloadCancelled, DownloadFailed
+from sie_worker.worker.weights.progress import Progress
+from sie_worker.worker.weights.shared import SnapshotDownloads
 
 REPO = "org/tiny"
 SELECTED = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
@@ -174,7 +174,7 @@ def test_too_little_room_in_the_cache_is_refused_before_the_weights_download(
     class Usage:
         free = 1000
 
-    monkeypatch.setattr(weights.shutil, "disk_usage", lambda _: Usage)
+    monkeypatch.setattr(download.shutil, "disk_usage", lambda _: Usage)
     with pytest.raises(DownloadFailed, match=r"need 0\.0 GB but the model cache .* 0\.0 GB free"):
         fetch_snapshot(SnapshotKey(REPO), settings(hub, tmp_path))
     assert "model.safetensors" not in fetched_files(hub, REPO)

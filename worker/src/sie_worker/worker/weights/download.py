@@ -4,7 +4,7 @@ huggingface_hub, in a thread, cancellably, with byte progress.
 The worker fetches a model's snapshot before it starts the engine and starts the engine
 from the local folder (``--model-path <HF_HUB_CACHE>/models--org--name/snapshots/<commit>``);
 ``sie-worker fetch`` fetches the same way. What is fetched, and when a snapshot is trusted,
-is :mod:`sie_worker.worker.weight_files` (pure); this module is the shell around the hub.
+is :mod:`sie_worker.worker.weights.files` (pure); this module is the shell around the hub.
 
 - A snapshot that is complete in the cache (a completion record whose files are all there)
   is used without any network request, also with ``HF_HUB_OFFLINE=1``. A cache prepared
@@ -17,8 +17,8 @@ is :mod:`sie_worker.worker.weight_files` (pure); this module is the shell around
   the completion record and ``refs/<revision>`` are written.
 - Hub failures become :class:`DownloadFailed` (``load_failed``) saying what to do: 401
   gated or unauthorized, 404 repo/revision/file not found, network errors, no space.
-- The cache and its trust rule are :mod:`.snapshot_cache`, progress :mod:`.download_progress`,
-  failure messages :mod:`.hub_errors`; :mod:`.shared_downloads` runs these fetches in
+- The cache and its trust rule are :mod:`.cache`, progress :mod:`.progress`,
+  failure messages :mod:`.hub_errors`; :mod:`.shared` runs these fetches in
   threads, one per repo and revision, shared by the loads waiting for it.
 """
 
@@ -32,14 +32,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from sie_worker._version import __version__
-from sie_worker.worker.download_progress import Progress, Stopped
-from sie_worker.worker.hub_errors import (
-    DownloadCancelled,
-    DownloadFailed,
-    hub_errors,
-    offline_message,
-)
-from sie_worker.worker.snapshot_cache import (
+from sie_worker.worker.weights.cache import (
     HubSettings,
     Snapshot,
     SnapshotKey,
@@ -49,7 +42,14 @@ from sie_worker.worker.snapshot_cache import (
     read_index,
     repo_path,
 )
-from sie_worker.worker.weight_files import is_commit, missing_files, plan_files, weight_files
+from sie_worker.worker.weights.files import is_commit, missing_files, plan_files, weight_files
+from sie_worker.worker.weights.hub_errors import (
+    DownloadCancelled,
+    DownloadFailed,
+    hub_errors,
+    offline_message,
+)
+from sie_worker.worker.weights.progress import Progress, Stopped
 
 __all__ = ["fetch_snapshot"]
 

@@ -12,7 +12,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from sie_worker.worker.allocator import Claim, NoPlacement, Placement, place
+from sie_worker.worker.placement.allocator import Claim, NoPlacement, Placement, place
 
 
 def test_empty_worker_takes_the_first_block() -> None:

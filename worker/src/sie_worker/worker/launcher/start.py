@@ -21,9 +21,9 @@ from sie_worker.config.loadtime import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import LoadFailed
 from sie_worker.settings import Settings
-from sie_worker.worker import ports
-from sie_worker.worker.engine_process import EngineProcess, PortInUse
-from sie_worker.worker.launch import engine_env, plan_launch
+from sie_worker.worker.launcher import ports
+from sie_worker.worker.launcher.plan import engine_env, plan_launch
+from sie_worker.worker.launcher.process import EngineProcess, PortInUse
 from sie_worker.worker.records import RunningEngine
 
 __all__ = ["PORT_ATTEMPTS", "Booking", "PortBook", "start_engine"]

@@ -9,9 +9,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from sie_worker.worker.download_progress import Progress
-from sie_worker.worker.snapshot_cache import HubSettings, Snapshot, SnapshotKey
-from sie_worker.worker.weights import fetch_snapshot
+from sie_worker.worker.weights.cache import HubSettings, Snapshot, SnapshotKey
+from sie_worker.worker.weights.download import fetch_snapshot
+from sie_worker.worker.weights.progress import Progress
 
 __all__ = ["DownloadHandle", "SnapshotDownloads"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sie_worker.worker import ports
-from sie_worker.worker.engine_start import Booking, PortBook
+from sie_worker.worker.launcher import ports
+from sie_worker.worker.launcher.start import Booking, PortBook
 
 SMALL = range(30390, 30400)
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from sie_worker.errors import LoadFailed
-from sie_worker.worker.snapshot_cache import HubSettings, SnapshotKey, commit_of, repo_path
-from sie_worker.worker.weight_files import NoWeights
+from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, commit_of, repo_path
+from sie_worker.worker.weights.files import NoWeights
 
 __all__ = ["DownloadCancelled", "DownloadFailed", "hub_errors", "offline_message"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sie_worker.config.model_shape import hf_hub_cache
-from sie_worker.worker.weight_files import (
+from sie_worker.worker.weights.files import (
     DEFAULT_REVISION,
     MARKER_FOLDER,
     FilePlan,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sie_worker.worker.weight_files import (
+from sie_worker.worker.weights.files import (
     EXCLUDED_FOLDERS,
     SUPPORT_PATTERNS,
     NoWeights,

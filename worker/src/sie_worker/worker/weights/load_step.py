@@ -17,10 +17,10 @@ from sie_worker.config.loadtime import LoadOptions, resolve_load_options
 from sie_worker.config.lora import LoraAdapter
 from sie_worker.config.model import ServedModel
 from sie_worker.settings import Settings
-from sie_worker.worker.download_progress import Progress
 from sie_worker.worker.metrics import WorkerMetrics
-from sie_worker.worker.shared_downloads import DownloadHandle, SnapshotDownloads
-from sie_worker.worker.snapshot_cache import HubSettings, SnapshotKey
+from sie_worker.worker.weights.cache import HubSettings, SnapshotKey
+from sie_worker.worker.weights.progress import Progress
+from sie_worker.worker.weights.shared import DownloadHandle, SnapshotDownloads
 
 __all__ = ["ModelWeights"]
 

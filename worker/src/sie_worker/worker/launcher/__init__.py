@@ -1,0 +1,1 @@
+"""Engine processes: the launch plan, ports, start, stops."""

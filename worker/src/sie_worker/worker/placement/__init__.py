@@ -1,0 +1,1 @@
+"""Where models go: the pure allocator and what it reads."""

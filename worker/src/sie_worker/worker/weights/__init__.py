@@ -1,0 +1,1 @@
+"""Model weights: the cache, downloads, and the download step of a load."""
