@@ -22,6 +22,7 @@ from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.process import EngineProcess, PortInUse
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.placement.memory import device_memory
 
 from tests.support.engine_fixtures import FakeEngineFactory
 from tests.support.worker_fixtures import fake_model
@@ -58,7 +59,9 @@ async def test_loads_starting_together_get_distinct_engine_and_rendezvous_ports(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SIE_", "FAKE_"))}
     env["FAKE_ENGINE_MAX_LIFETIME_S"] = "300"
     async with httpx.AsyncClient(trust_env=False) as client:
-        manager = ModelManager(settings, client, WorkerMetrics(3), configs, base_env=env)
+        memory = device_memory(settings, env)
+        metrics = WorkerMetrics(settings.devices, memory.totals)
+        manager = ModelManager(settings, client, metrics, configs, base_env=env, memory=memory)
         try:
             entries = await asyncio.gather(*(manager.load(m) for m in _MODELS))
             assert [e["state"] for e in entries] == ["ready"] * 3

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Literal
 
 from sie_worker.devices import DeviceError, gpu_visible, parse_devices
+from sie_worker.sizing.gpus import GpuError, parse_memory
+from sie_worker.worker.placement.allocator import STRATEGIES, Strategy
 
 __all__ = [
     "ConfigApiMode",
@@ -50,6 +52,12 @@ class Settings:
     drain_timeout_s: float = 30.0
     engine_stop_grace_s: float = 10.0
     weights_download: WeightsDownload = "worker"
+    # Device memory (DESIGN "Device memory"): SIE's synthetic budget for every device (tests,
+    # `plan`), the share of a device's total that models may reserve, and how width-1 models
+    # are spread over devices.
+    fake_memory_budget: int | None = None
+    memory_pressure_threshold_percent: float = 95.0
+    placement_strategy: Strategy = "spread"
     host: str = "0.0.0.0"
     port: int = 8080
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -82,6 +90,11 @@ class Settings:
             raise SettingsError(
                 f"SIE_WEIGHTS_DOWNLOAD: {weights!r} is not one of {', '.join(_WEIGHTS_DOWNLOADS)}"
             )
+        strategy = env.get("SIE_PLACEMENT_STRATEGY", "spread").strip().lower() or "spread"
+        if strategy not in STRATEGIES:
+            raise SettingsError(
+                f"SIE_PLACEMENT_STRATEGY: {strategy!r} is not one of {', '.join(STRATEGIES)}"
+            )
         return cls(
             devices=devices,
             bundle=env.get("SIE_BUNDLE", "default").strip() or "default",
@@ -101,7 +114,36 @@ class Settings:
             drain_timeout_s=env_seconds(env, "SIE_DRAIN_TIMEOUT_S") or 30.0,
             engine_stop_grace_s=env_seconds(env, "SIE_ENGINE_STOP_GRACE_S") or 10.0,
             weights_download=weights,
+            fake_memory_budget=_memory_budget(env),
+            memory_pressure_threshold_percent=_threshold(env),
+            placement_strategy=strategy,
         )
+
+
+def _memory_budget(env: Mapping[str, str]) -> int | None:
+    """``SIE_FAKE_MEMORY_BUDGET``: bytes, or a size with a unit (``80GiB``, ``24GB``), as SIE
+    reads it."""
+    raw = env.get("SIE_FAKE_MEMORY_BUDGET", "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_memory(raw, bare_unit=1)
+    except GpuError as exc:
+        raise SettingsError(f"SIE_FAKE_MEMORY_BUDGET: {exc}") from None
+
+
+def _threshold(env: Mapping[str, str]) -> float:
+    name = "SIE_MEMORY_PRESSURE_THRESHOLD_PERCENT"
+    raw = env.get(name, "").strip()
+    if not raw:
+        return 95.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 100:
+        raise SettingsError(f"{name}: must be a percentage above 0, at most 100, got {raw!r}")
+    return value
 
 
 def env_seconds(env: Mapping[str, str], name: str, default: float | None = None) -> float | None:

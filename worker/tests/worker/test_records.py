@@ -11,8 +11,9 @@ from sie_worker.config.loadtime import LoadOptions
 from sie_worker.config.model import served_model
 from sie_worker.config.reader import parse_config
 from sie_worker.worker.launcher.process import EngineProcess
+from sie_worker.worker.launcher.start import RunningEngine
 from sie_worker.worker.metrics import WorkerMetrics
-from sie_worker.worker.records import ModelRecord, RunningEngine, open_lease
+from sie_worker.worker.records import ModelRecord, open_lease
 
 
 class _Engine:
@@ -47,7 +48,7 @@ def _count(metrics: WorkerMetrics, name: str, **labels: str) -> float:
 
 
 async def _lease_twice_released() -> tuple[Any, ...]:
-    metrics, record, running = WorkerMetrics(1), _record(), _running()
+    metrics, record, running = WorkerMetrics(["cpu"]), _record(), _running()
     lease = open_lease(record, running, metrics, started=time.monotonic() - 2.0)
     inflight = _count(metrics, "sie_inflight_requests", model="org/m")
     during = (running.inflight, running.idle.is_set(), inflight)

@@ -22,6 +22,8 @@ ENGINE_OPTIONS: tuple[str, ...] = (
     "device",
     "threads",
     "max_batch_size",
+    # What the model reserves on its device (GiB), instead of its weight files x 1.2 + 1 GiB.
+    "memory_gib",
     # LoRA adapters served on a generating model (peft), chosen per request.
     "lora_paths",
     "max_loras_per_batch",

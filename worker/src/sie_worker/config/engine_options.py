@@ -2,6 +2,7 @@
 SIE adapters it serves, :class:`~sie_server.adapters.transformers.SieTransformersAdapter`).
 
 - ``device`` is auto, cpu or cuda; ``threads`` and ``max_batch_size`` integers >= 1;
+  ``memory_gib`` (what the model reserves on its device) a number above 0;
 - encode makes dense vectors only: ``tasks.encode.sparse`` / ``.multivector`` are refused;
 - SIE's options, under loadtime or runtime: ``pooling`` (cls or mean for SIE's flash
   adapters), ``normalize`` (true/false), the templates and instructions (strings), lengths
@@ -44,6 +45,15 @@ def transformers_problems(
         value = extras.get(key)
         if key in extras and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             found.append((key, f"must be an integer of at least 1, got {described(value)}"))
+    if "memory_gib" in extras:
+        value = extras["memory_gib"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 2**20:
+            found.append(
+                (
+                    "memory_gib",
+                    f"must be a number of GiB above 0, e.g. 2.5, got {described(value)}",
+                )
+            )
     task = adapter.task(served.config.tasks)
     for key in ("lora_paths", "max_loras_per_batch"):
         if key in extras and task != "generate":

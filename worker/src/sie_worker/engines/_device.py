@@ -11,7 +11,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Placement", "StartupError", "choose_placement", "resolve_placement", "torch_dtype"]
+__all__ = [
+    "Placement",
+    "StartupError",
+    "cap_cuda_memory",
+    "choose_placement",
+    "resolve_placement",
+    "torch_dtype",
+]
 
 _log = logging.getLogger("sie_worker.engines")
 
@@ -61,6 +68,17 @@ def resolve_placement(requested_device: str, requested_dtype: str) -> Placement:
 
     count = torch.cuda.device_count() if requested_device != "cpu" else 0
     return choose_placement(requested_device, requested_dtype, count)
+
+
+def cap_cuda_memory(placement: Placement, fraction: float | None) -> None:
+    """Hold torch's CUDA allocator to ``fraction`` of the device (what the worker reserved
+    for this engine beside other models); nothing on CPU or without a fraction."""
+    if fraction is None or not placement.device.startswith("cuda"):
+        return
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(fraction, torch.device(placement.device))
+    _log.info("CUDA allocator capped at %.3f of %s", fraction, placement.device)
 
 
 def torch_dtype(name: str) -> Any:

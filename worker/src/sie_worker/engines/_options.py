@@ -48,6 +48,9 @@ class EngineOptions:
     # generate: LoRA adapters (name, folder), chosen per request; peft applies them
     loras: tuple[tuple[str, str], ...] = ()
     max_loras_per_batch: int | None = None
+    # On CUDA: the share of the device this engine's allocator may take (the worker's
+    # placement reserved that much for it); None: no cap.
+    cuda_memory_fraction: float | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
         "one sequence at a time, each with its own adapter",
     )
     add(
+        "--cuda-memory-fraction",
+        type=_fraction,
+        default=None,
+        help="on CUDA: cap torch's allocator at this share of the device (0 < F <= 1), as "
+        "the worker reserved it beside other models (default: no cap)",
+    )
+    add(
         "--no-normalize",
         dest="normalize",
         action="store_false",
@@ -171,7 +181,20 @@ def parse_options(argv: Sequence[str] | None = None) -> EngineOptions:
         normalize=args.normalize,
         loras=_unique(args.loras),
         max_loras_per_batch=args.max_loras_per_batch,
+        cuda_memory_fraction=args.cuda_memory_fraction,
     )
+
+
+def _fraction(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"--cuda-memory-fraction: {raw!r} is not a share above 0 and at most 1, e.g. 0.3"
+        )
+    return value
 
 
 def _dtype(raw: str) -> str:

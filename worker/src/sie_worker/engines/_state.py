@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sie_worker.engines._device import Placement, StartupError, resolve_placement
+from sie_worker.engines._device import (
+    Placement,
+    StartupError,
+    cap_cuda_memory,
+    resolve_placement,
+)
 from sie_worker.engines._options import EngineOptions
 
 if TYPE_CHECKING:
@@ -75,6 +80,7 @@ def load(state: EngineState) -> None:
     started = time.monotonic()
     local = _local_dir(options.model_path)
     placement = resolve_placement(options.device, options.dtype)
+    cap_cuda_memory(placement, options.cuda_memory_fraction)
     _log.info(
         "loading %s (task %s) on %s as %s",
         options.model_path,

@@ -88,19 +88,21 @@ def gpu_memory_for_type(gpu_type: str) -> int:
     )
 
 
-def parse_memory(text: str) -> int:
+def parse_memory(text: str, *, bare_unit: int = GB) -> int:
     """Bytes from ``80GB``, ``80``, ``141 GB``, ``80GiB``, ``81920MiB`` or ``8e10B``.
 
-    A bare number is GB (1e9 bytes); ``Gi``/``GiB`` are 2**30 bytes.
+    A bare number is ``bare_unit`` bytes: GB (1e9 bytes) by default, as on data sheets;
+    ``Gi``/``GiB`` are 2**30 bytes.
     """
     match = _MEMORY_RE.match(text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNITS:
+        bare = "GB" if bare_unit == GB else "bytes" if bare_unit == 1 else f"{bare_unit} bytes"
         raise GpuError(
             f"cannot read memory size {text!r}; write a number with a unit, e.g. 80GB "
-            "(1e9 bytes), 80GiB (2**30 bytes) or 81920MiB; a bare number means GB"
+            f"(1e9 bytes), 80GiB (2**30 bytes) or 81920MiB; a bare number means {bare}"
         )
-    value = float(match.group(1)) * _UNITS[unit]
+    value = float(match.group(1)) * (_UNITS[unit] if unit else bare_unit)
     if value <= 0:
         raise GpuError(f"memory size {text!r} must be above zero, e.g. 80GB")
     return int(value)

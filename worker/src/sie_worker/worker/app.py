@@ -30,6 +30,7 @@ from sie_worker.worker.config_store import ConfigStore, parse_body, plain
 from sie_worker.worker.inference import SIE_PATHS, openai_request, sie_request
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.placement.memory import device_memory
 from sie_worker.worker.records import ModelRecord, adapter_entries
 from sie_worker.worker.request import ENDPOINT_TASKS
 
@@ -47,7 +48,9 @@ def create_app(
 ) -> Starlette:
     """Build the worker app. ``configs`` are the model configs read at start (by sie_id)."""
     configs = dict(configs or {})
-    metrics = WorkerMetrics(len(settings.devices))
+    environ = os.environ if base_env is None else base_env
+    memory = device_memory(settings, environ)
+    metrics = WorkerMetrics(settings.devices, memory.totals)
     store = ConfigStore(settings.config_dir, settings.config_api)
     store.remember(configs)
     owns_client = client is None
@@ -55,9 +58,7 @@ def create_app(
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         trust_env=False,
     )
-    manager = ModelManager(
-        settings, http, metrics, configs, base_env=os.environ if base_env is None else base_env
-    )
+    manager = ModelManager(settings, http, metrics, configs, base_env=environ, memory=memory)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,70 +1,54 @@
-"""Model lifecycle: unloaded -> loading -> ready | failed, on blocks the allocator picks.
+"""The worker's models: requests, loads, unloads, pins and configs, over one table of records.
 
 Invariants kept here (and checked by the API tests):
 
-- A device is claimed by at most one model; ``/v1/devices`` and ``/v1/models`` are two
-  views of the same claims.
+- A group's devices hold nothing else; a device shared by width-1 models holds no more than
+  its budget (:mod:`sie_worker.worker.placement.allocator`); ``/v1/devices`` and
+  ``/v1/models`` are two views of the same claims.
 - Concurrent requests for one model share a single load; loads on disjoint blocks run in
-  parallel (only the placement decision is serialised).
+  parallel (only the placement decision is serialised, and engine starts per device).
 - An engine that a new load displaces (eviction, unload) drains its in-flight requests
   (bounded by ``drain_timeout_s``) and exits before the next engine starts on its devices.
-- A failed load, a crash or an unload releases the model's devices at once
-  (:meth:`ModelManager._release`, the one release sequence).
-- A hub model's weights are fetched (:mod:`sie_worker.worker.weights.load_step`) before
-  any device is claimed: a long download never holds GPUs that other models could serve
-  on, and never evicts a model that serves until then. A dry run of the placement comes
-  first, so a load that could not be placed fails at once instead of after the download.
-  An unload, a removed config or a shutdown stops a download in progress.
+- A failed load, a crash or an unload releases the model's claim at once
+  (:meth:`~sie_worker.worker.model_table.ModelTable.release`, the one release sequence).
+- A model's state moves only through :class:`~sie_worker.worker.lifecycle.Lifecycle`; a
+  load runs as :mod:`sie_worker.worker.loading` describes.
 - Pinned models are never evicted; the keeper reloads them (with backoff) when they fail.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import anyio
 import httpx
 
-from sie_worker.config.loadtime import LoadOptions, resolve_load_options
 from sie_worker.config.lora import BASE_ADAPTER
-from sie_worker.config.model import ModelConfig, ServedModel, served_models
-from sie_worker.errors import (
-    InvalidConfig,
-    LoadFailed,
-    ModelLoading,
-    PlacementFailed,
-    SieError,
-    UnknownModel,
-)
-from sie_worker.model_states import MODEL_STATES
+from sie_worker.config.model import ModelConfig, served_models
+from sie_worker.errors import LoadFailed, ModelLoading, PlacementFailed, SieError, UnknownModel
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.process import start_group_guard
-from sie_worker.worker.launcher.start import PortBook, start_engine
 from sie_worker.worker.launcher.stops import EngineStops, consume_exception
-from sie_worker.worker.metrics import LOAD_PHASES, WorkerMetrics
+from sie_worker.worker.loading import Loader
+from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.model_table import ModelTable
 from sie_worker.worker.pin_keeper import PinKeeper
-from sie_worker.worker.placement.allocator import Claim, NoPlacement, Placement, place
+from sie_worker.worker.placement.claims import Placer
+from sie_worker.worker.placement.memory import DeviceMemory
 from sie_worker.worker.records import (
     Lease,
     ModelRecord,
-    RunningEngine,
     adapter_entries,
-    device_entries,
     model_entry,
     open_lease,
 )
 from sie_worker.worker.weights.cache import HubSettings
-from sie_worker.worker.weights.hub_errors import DownloadCancelled
 from sie_worker.worker.weights.load_step import ModelWeights
 
 __all__ = ["ModelManager"]
 
-_log = logging.getLogger("sie_worker.manager")
-_PLACEMENT_BACKOFF_S = 0.5
 # Loads one request may wait through before it gives up (the model can be evicted again
 # between its load and the request's turn).
 _ACQUIRE_ATTEMPTS = 3
@@ -82,26 +66,26 @@ class ModelManager:
         configs: Mapping[str, ModelConfig],
         *,
         base_env: Mapping[str, str],
+        memory: DeviceMemory,
     ) -> None:
         self.settings = settings
         self.devices = settings.devices
-        self.client = client
         self.metrics = metrics
         # Engines need no API key; one that prints its environment (or a crash dump that
         # does) would otherwise put the key in the worker's log.
-        self.base_env = {k: v for k, v in base_env.items() if k not in _ENGINE_WITHHELD_ENV}
-        self.records: dict[str, ModelRecord] = {}
-        self._lock = asyncio.Lock()
-        self._stops = EngineStops(settings)
-        self._ports = PortBook(self._running_ports)
-        self._placement_backoff: dict[int, float] = {}
-        self._keeper = PinKeeper(self.records.values, self._ensure_loading)
+        engine_env = {k: v for k, v in base_env.items() if k not in _ENGINE_WITHHELD_ENV}
+        placer = Placer(settings.devices, memory, settings.placement_strategy, metrics)
+        self._table = table = ModelTable(placer, EngineStops(settings), metrics)
+        self.records = table.records
         self._weights = ModelWeights(HubSettings.from_env(base_env), metrics, settings)
+        self._loader = Loader(table, settings, client, engine_env, self._weights)
+        self._keeper = PinKeeper(self.records.values, self._ensure_loading)
+        table.on_crash = self._wake_if_pinned
         for config in configs.values():
             self._add_config(config)
         for model_id in settings.pinned_models:
             self.record(model_id).pinned = True
-        self._refresh_gauges()
+        table.refresh_gauges()
 
     # --- lifecycle of the manager -----------------------------------------------------
 
@@ -117,14 +101,15 @@ class ModelManager:
             task.cancel()
         await asyncio.gather(*loads, return_exceptions=True)
         await self._weights.aclose()
-        async with self._lock:
+        table = self._table
+        async with table.lock:
             stops = [
-                self._release(r, "shutdown", drain=True)
+                table.release(r, "shutdown", drain=True)
                 for r in self.records.values()
                 if r.running is not None
             ]
         await asyncio.gather(*stops, return_exceptions=True)
-        await self._stops.wait_all()
+        await table.stops.wait_all()
 
     @property
     def ready(self) -> bool:
@@ -152,7 +137,7 @@ class ModelManager:
         return entries
 
     def device_entries(self) -> list[dict[str, Any]]:
-        return device_entries(self.records.values(), self.devices)
+        return self._table.placer.device_entries(self.records.values())
 
     # --- requests -----------------------------------------------------------------------
 
@@ -208,10 +193,13 @@ class ModelManager:
         record = self.record(model_id)
         record.pinned = False
         await self._stop_loading(record)
-        async with self._lock:
-            stop = self._release(record, "requested", drain=True) if record.running else None
-            record.state, record.error = "unloaded", None
-            self._refresh_gauges()
+        table = self._table
+        async with table.lock:
+            if record.running is not None:
+                stop: asyncio.Task[None] | None = table.release(record, "requested", drain=True)
+            else:
+                stop = None
+                table.life.move(record, "unloaded", "requested")
         if stop is not None:
             await stop
         return self.model_entry(record)
@@ -225,7 +213,7 @@ class ModelManager:
     async def unpin(self, model_id: str) -> dict[str, Any]:
         record = self.record(model_id)
         record.pinned = False
-        self._placement_backoff.clear()
+        self._table.placer.forget_refusals()
         return self.model_entry(record)
 
     # --- configs (Config API) ----------------------------------------------------------
@@ -263,16 +251,17 @@ class ModelManager:
         for record in records:
             record.pinned = False
             await self._stop_loading(record)
-        async with self._lock:
+        table = self._table
+        async with table.lock:
             # A PUT that wrote this config again while we waited has the last word: the
             # file is its, so keep its models (they then follow the live-change rule).
             records = [
                 r for r in records if self.records.get(r.id) is r and r.served is served[r.id]
             ]
-            stops = [self._release(r, "config_removed", drain=True) for r in records if r.running]
+            stops = [table.release(r, "config_removed", drain=True) for r in records if r.running]
             for record in records:
                 self.records.pop(record.id, None)
-            self._refresh_gauges()
+            table.refresh_gauges()
         await asyncio.gather(*stops, return_exceptions=True)
 
     # --- loading ------------------------------------------------------------------------
@@ -285,70 +274,13 @@ class ModelManager:
         return record.load_task
 
     async def _load(self, record: ModelRecord) -> None:
-        started = time.monotonic()
-        outcome = "failed"
-        # The config this load uses throughout; a config written meanwhile stays pending.
-        served, record.config_pending = record.served, False
         try:
-            # Reads the model's config.json for the head-count rule: off the event loop.
-            options = await anyio.to_thread.run_sync(resolve_load_options, served, self.settings)
-            if options.model_path is None and self.settings.weights_download == "worker":
-                options = await self._fetch_weights(record, served, options)
-            async with self._lock:
-                block = self._claim(record, options.width)
-                record.state, record.error, record.phase = "loading", None, "starting"
-                waits = self._stops.pending_on(block)
-                self._refresh_gauges()
-            if waits:
-                await asyncio.gather(*waits, return_exceptions=True)
-            with self._ports.booking() as booking:
-                running = await start_engine(
-                    served,
-                    options,
-                    tuple(self.devices[i] for i in block),
-                    booking=booking,
-                    settings=self.settings,
-                    base_env=self.base_env,
-                    client=self.client,
-                )
-                async with self._lock:  # registered before its ports' bookings end
-                    record.running = running
-                    record.state, record.phase, record.download = "ready", None, None
-                    record.last_used = time.monotonic()
-                    record.pinned_backoff_s = 1.0
-                    self._refresh_gauges()
-            self._stops.spawn(self._watch(record, running), f"watch:{record.id}")
-            outcome = "ready"
-            self.metrics.load_duration.observe(time.monotonic() - started)
-            _log.info("%s: ready on %s", record.id, ",".join(self.devices[i] for i in block))
-        except BaseException as exc:
-            outcome = _outcome(exc)
-            async with self._lock:
-                record.block, record.phase, record.download = (), None, None
-                if isinstance(exc, asyncio.CancelledError):
-                    record.state, record.error = "unloaded", None
-                else:
-                    record.state = "failed" if outcome != "placement_failed" else "unloaded"
-                    record.error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-                self._refresh_gauges()
-            if record.pinned:
-                self._keeper.wake()
+            await self._loader.load(record)
+        except BaseException:
+            self._wake_if_pinned(record)
             raise
         finally:
             record.load_task = None
-            self.metrics.loads.labels(outcome=outcome).inc()
-
-    async def _fetch_weights(
-        self, record: ModelRecord, served: ServedModel, options: LoadOptions
-    ) -> LoadOptions:
-        """The download step, before any device is claimed (:mod:`.weights.load_step`)."""
-        async with self._lock:
-            self._placement(record, options.width)  # refuse now what could not be placed
-            handle = self._weights.join(served)
-            record.state, record.error, record.phase = "loading", None, "downloading"
-            record.download = handle.progress
-            self._refresh_gauges()
-        return await self._weights.local_options(record.id, served, handle)
 
     async def _stop_loading(self, record: ModelRecord) -> None:
         """Let the model's load end: a download is stopped, an engine start is awaited."""
@@ -359,106 +291,9 @@ class ModelManager:
             task.cancel()
         await asyncio.wait([task])
 
-    def _placement(self, record: ModelRecord, width: int) -> Placement:
-        """Where the model would go now (which block, which evictions). Under lock. Raises
-        :class:`PlacementFailed` when no block can be freed."""
-        now = time.monotonic()
-        if self._placement_backoff.get(width, 0.0) > now:
-            raise PlacementFailed(
-                f"{record.id}: no block of {width} device(s) could be freed a moment ago; "
-                "retry shortly",
-                retry_after_s=1,
-            )
-        claims = [
-            Claim(
-                r.id,
-                r.block[0],
-                len(r.block),
-                pinned=r.pinned,
-                last_used=r.last_used,
-                evictable=r.state == "ready",
-            )
-            for r in self.records.values()
-            if r.block
-        ]
-        try:
-            placement = place(len(self.devices), claims, width)
-        except NoPlacement as exc:
-            self._placement_backoff[width] = now + _PLACEMENT_BACKOFF_S
-            self.metrics.placement_failures.inc()
-            raise PlacementFailed(f"{record.id}: " + exc.describe(self.devices)) from None
-        return placement
-
-    def _claim(self, record: ModelRecord, width: int) -> tuple[int, ...]:
-        """Place the model (evicting as the allocator says) and claim its block. Under lock."""
-        placement = self._placement(record, width)
-        for victim in placement.evict:
-            _log.info("%s: evicting %s to make room", record.id, victim)
-            self._release(self.records[victim], "make_room", drain=True)
-        record.block = tuple(placement.indices)
-        return record.block
-
-    def _running_ports(self) -> set[int]:
-        return {p for r in self.records.values() if r.running is not None for p in r.running.ports}
-
-    # --- releasing ----------------------------------------------------------------------
-
-    def _release(
-        self,
-        record: ModelRecord,
-        reason: str,
-        *,
-        drain: bool,
-        failure: str | None = None,
-    ) -> asyncio.Task[None]:
-        """Release the model's claim now; stop its engine in the background (after draining
-        its in-flight requests when ``drain``). The model turns ``failed`` with ``failure``
-        as its error when given, else ``unloaded``. Call under the lock.
-
-        The returned task is registered for each of the model's devices, so a load placed
-        there waits for the engine to be gone.
-        """
-        running, block = record.running, record.block
-        record.running, record.block = None, ()
-        if failure is not None:
-            record.state, record.error = "failed", failure
-        elif record.state in ("ready", "loading"):
-            record.state = "unloaded"
-        self._placement_backoff.clear()
-        self.metrics.evictions.labels(reason=reason).inc()
-        self._refresh_gauges()
-        return self._stops.stop(record.id, running, block, drain=drain)
-
-    async def _watch(self, record: ModelRecord, running: RunningEngine) -> None:
-        """Mark the model failed and free its devices if its engine dies on its own."""
-        code = await running.engine.exited
-        if running.engine.stopping:
-            return
-        async with self._lock:
-            if record.running is not running:
-                return
-            failure = (
-                f"engine exited unexpectedly with code {code}; last output:\n"
-                + running.engine.log_tail(8)
-            )
-            self._release(record, "engine_exit", drain=False, failure=failure)
-        _log.error("%s: %s", record.id, record.error)
+    def _wake_if_pinned(self, record: ModelRecord) -> None:
         if record.pinned:
             self._keeper.wake()
-
-    def _refresh_gauges(self) -> None:
-        counts = dict.fromkeys(MODEL_STATES, 0)
-        for record in self.records.values():
-            counts[record.state] += 1
-        for state, count in counts.items():
-            self.metrics.models.labels(state=state).set(count)
-        phases = dict.fromkeys(LOAD_PHASES, 0)
-        for record in self.records.values():
-            if record.state == "loading" and record.phase is not None:
-                phases[record.phase] += 1
-        for phase, count in phases.items():
-            self.metrics.loading.labels(phase=phase).set(count)
-        self.metrics.devices_claimed.set(sum(len(r.block) for r in self.records.values()))
 
 
 async def _join_load(model_id: str, task: asyncio.Task[None]) -> None:
@@ -474,13 +309,3 @@ async def _join_load(model_id: str, task: asyncio.Task[None]) -> None:
                 "weights downloaded); send the request again to load it"
             ) from None
         raise
-
-
-def _outcome(exc: BaseException) -> str:
-    if isinstance(exc, (asyncio.CancelledError, DownloadCancelled)):
-        return "cancelled"
-    if isinstance(exc, InvalidConfig):
-        return "invalid_config"
-    if isinstance(exc, SieError):
-        return exc.code
-    return "failed"

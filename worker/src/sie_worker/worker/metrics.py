@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from sie_worker.model_states import MODEL_STATES
+from sie_worker.model_states import MODEL_STATES, ModelState
 
 __all__ = ["LOAD_PHASES", "DownloadTrack", "WorkerMetrics"]
 
@@ -35,13 +35,35 @@ class DownloadTrack:
 
 
 class WorkerMetrics:
-    def __init__(self, device_count: int) -> None:
+    def __init__(
+        self, devices: Sequence[str], memory_totals: Sequence[int | None] | None = None
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._device_names = tuple(devices)
         self.devices = Gauge("sie_devices", "Devices this worker owns (SIE_DEVICES).", registry=r)
-        self.devices.set(device_count)
+        self.devices.set(len(devices))
+        self.memory_total = Gauge(
+            "sie_device_memory_total_bytes",
+            "Memory of each device (NVML, the cgroup, or SIE_FAKE_MEMORY_BUDGET); absent "
+            "where unknown.",
+            ["device"],
+            registry=r,
+        )
+        self.memory_reserved = Gauge(
+            "sie_device_memory_reserved_bytes",
+            "Memory the models placed on each device reserve (their needs).",
+            ["device"],
+            registry=r,
+        )
+        for name, total in zip(devices, memory_totals or [None] * len(devices), strict=True):
+            if total is not None:
+                self.memory_total.labels(device=name).set(total)
+            self.memory_reserved.labels(device=name).set(0)
         self.devices_claimed = Gauge(
-            "sie_devices_claimed", "Devices claimed by a loading or ready model.", registry=r
+            "sie_devices_claimed",
+            "Devices holding at least one loading or ready model.",
+            registry=r,
         )
         self.models = Gauge("sie_models", "Served models by state.", ["state"], registry=r)
         for state in MODEL_STATES:
@@ -106,6 +128,23 @@ class WorkerMetrics:
             ["model", "code", "adapter"],
             registry=r,
         )
+
+    def record_models(
+        self,
+        states: Mapping[ModelState, int],
+        phases: Mapping[str, int],
+        reserved: Sequence[int],
+        claimed: int,
+    ) -> None:
+        """The gauges of the models' states, loading phases, each device's reserved bytes
+        and the devices holding a model."""
+        self.devices_claimed.set(claimed)
+        for state, count in states.items():
+            self.models.labels(state=state).set(count)
+        for phase, count in phases.items():
+            self.loading.labels(phase=phase).set(count)
+        for name, value in zip(self._device_names, reserved, strict=True):
+            self.memory_reserved.labels(device=name).set(value)
 
     def observe_request(
         self, model: str, status: str, seconds: float, *, adapter: str = "none"

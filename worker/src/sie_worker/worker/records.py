@@ -1,37 +1,39 @@
 """What the worker knows about each served model, the leases requests hold on its engine,
-and the API's views of both.
+and the API's view of a model.
 
-:class:`ModelRecord` is one served model's state (claims, engine, pin, errors); the
-:class:`~sie_worker.worker.manager.ModelManager` changes records. A :class:`Lease` is one
+:class:`ModelRecord` is one served model's state (claims, memory, engine, pin, errors); only
+:class:`~sie_worker.worker.lifecycle.Lifecycle` moves its ``state``. A :class:`Lease` is one
 request's hold on a ready engine: it counts the request in flight while it lasts and, when
-released (once), records its status and duration. :func:`model_entry` and
-:func:`device_entries` render records for ``/v1/models`` and ``/v1/devices`` from the same
-claims, so the two views always agree.
+released (once), records its status and duration. :func:`model_entry` renders a record for
+``/v1/models``; ``/v1/devices`` comes from the same claims
+(:func:`~sie_worker.worker.placement.claims.device_entries`), so the two views always agree.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from sie_worker.config.loadtime import LoadOptions, declared_width
+from sie_worker.config.loadtime import declared_width
 from sie_worker.config.lora import BASE_ADAPTER, lora_adapters
 from sie_worker.config.model import ServedModel
 from sie_worker.model_states import ModelState
-from sie_worker.worker.launcher.process import EngineProcess
+from sie_worker.worker.launcher.start import RunningEngine
 from sie_worker.worker.metrics import WorkerMetrics
 from sie_worker.worker.weights.progress import Progress
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from sie_worker.worker.lifecycle import Move
 
 __all__ = [
     "Lease",
     "LoadPhase",
     "ModelRecord",
-    "RunningEngine",
     "adapter_entries",
-    "device_entries",
     "model_entry",
     "open_lease",
 ]
@@ -42,29 +44,11 @@ LoadPhase = Literal["downloading", "starting"]
 
 
 @dataclass
-class RunningEngine:
-    """An engine serving a model, with the requests it is serving."""
-
-    engine: EngineProcess
-    options: LoadOptions
-    nccl_port: int | None
-    inflight: int = 0
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def __post_init__(self) -> None:
-        self.idle.set()
-
-    @property
-    def ports(self) -> set[int]:
-        """The ports this engine holds (HTTP, and rendezvous when it has one)."""
-        return {self.engine.port} | ({self.nccl_port} if self.nccl_port is not None else set())
-
-
-@dataclass
 class ModelRecord:
     served: ServedModel
     state: ModelState = "unloaded"
     block: tuple[int, ...] = ()
+    memory: int | None = None  # bytes reserved on each device of the block (None: unknown)
     pinned: bool = False
     error: str | None = None
     last_used: float = 0.0  # monotonic, for placement
@@ -76,6 +60,7 @@ class ModelRecord:
     download: Progress | None = None  # the weights being fetched, while loading
     pinned_retry_at: float = 0.0
     pinned_backoff_s: float = 1.0
+    last_move: Move | None = None  # the last step of its lifecycle, with its reason
 
     @property
     def id(self) -> str:
@@ -150,6 +135,7 @@ def model_entry(record: ModelRecord, devices: Sequence[str]) -> dict[str, Any]:
         "state": record.state,
         "devices": [devices[i] for i in record.block],
         "width": running.options.width if running else declared_width(record.served),
+        "memory_bytes": record.memory,
         "pinned": record.pinned,
         "error": record.error,
         "last_used": record.last_used_wall,
@@ -169,9 +155,3 @@ def adapter_entries(record: ModelRecord, entry: Mapping[str, Any]) -> list[dict[
         {**entry, "id": f"{record.id}:{lora.name}", "parent": record.id, "root": lora.source}
         for lora in lora_adapters(record.served.profile.loadtime)
     ]
-
-
-def device_entries(records: Iterable[ModelRecord], devices: Sequence[str]) -> list[dict[str, Any]]:
-    """Each device and the model claiming it, as ``/v1/devices`` shows them."""
-    holder: dict[int, str] = {i: r.id for r in records for i in r.block}
-    return [{"device": d, "model": holder.get(i)} for i, d in enumerate(devices)]

@@ -15,7 +15,9 @@ SGLang arguments, in order:
   (generation) ``tasks.generate.context_length``;
 - ``--trust-remote-code`` unless ``trust_remote_code: false`` (SIE's default is true);
 - the adapter's own (``--is-embedding``, ``--chat-template``), ``--watchdog-timeout``;
-- ``--mem-fraction-static``, ``--attention-backend``, ``--grammar-backend``,
+- ``--mem-fraction-static`` (the engine's ``share`` of the memory free at its start when the
+  worker knows device memory, else ``mem_fraction_static`` as declared),
+  ``--attention-backend``, ``--grammar-backend``,
   ``--reasoning-parser``, ``--tool-call-parser``, ``--speculative-*``
   (:mod:`sie_worker.config.sglang_flags`);
 - with ``lora_paths``: ``--enable-lora --max-loras-per-batch N --lora-paths name=path ...``
@@ -26,6 +28,9 @@ SGLang arguments, in order:
   (before);
 - ``extra_launch_args`` (either place), then the strict-thinking adapter's
   ``--enable-strict-thinking``.
+
+The transformers engine gets ``--cuda-memory-fraction`` (its ``share``: the cap of its CUDA
+allocator) when the worker knows device memory.
 
 ``max_batch_tokens`` and ``kv_budget_tokens`` are SIE's batching and admission budgets, not
 engine flags (SIE never passes them to SGLang): SGLang sizes its KV pool from
@@ -109,9 +114,11 @@ def plan_launch(
     nccl_port: int | None,
     settings: Settings,
     sglang_version: str | None = None,
+    share: float | None = None,
 ) -> LaunchPlan:
     """Everything the launcher needs for one engine. ``nccl_port`` is ignored by the
-    transformers engine; ``sglang_version`` overrides the checked release (tests, tools)."""
+    transformers engine; ``sglang_version`` overrides the checked release (tests, tools);
+    ``share`` is the engine's memory share (see the module docstring)."""
     if len(devices) != options.width:
         raise ValueError(f"{served.id}: width {options.width} placed on {len(devices)} devices")
     sglang = _is_sglang(options)
@@ -122,6 +129,7 @@ def plan_launch(
         nccl_port=nccl_port,
         settings=settings,
         sglang_version=sglang_version,
+        share=share,
     )
     return LaunchPlan(
         model=served.id,
@@ -144,9 +152,10 @@ def engine_argv(
     nccl_port: int | None,
     settings: Settings,
     sglang_version: str | None = None,
+    share: float | None = None,
 ) -> tuple[str, ...]:
     if not _is_sglang(options):
-        return _transformers_argv(served, options, port=port)
+        return _transformers_argv(served, options, port=port, share=share)
     config, profile = served.config, served.profile
     loadtime = profile.loadtime
     version = sglang_version or options.sglang_version or engine_version(settings.bundle)
@@ -176,6 +185,8 @@ def engine_argv(
         argv += ["--watchdog-timeout", _seconds(options.watchdog_timeout_s)]
     for name in _VALUE_FLAGS:
         value, flag = loadtime.get(name), SGLANG_OPTIONS[name].flag
+        if name == "mem_fraction_static" and share is not None:
+            value = share
         if value is not None and flag is not None:
             argv += [flag, str(value)]
     spec = loadtime.get("speculative")
@@ -194,7 +205,9 @@ def engine_argv(
     return tuple(argv)
 
 
-def _transformers_argv(served: ServedModel, options: LoadOptions, *, port: int) -> tuple[str, ...]:
+def _transformers_argv(
+    served: ServedModel, options: LoadOptions, *, port: int, share: float | None
+) -> tuple[str, ...]:
     config, profile = served.config, served.profile
     loadtime = profile.loadtime
     argv = [sys.executable, "-m", TRANSFORMERS_ENGINE]
@@ -214,6 +227,8 @@ def _transformers_argv(served: ServedModel, options: LoadOptions, *, port: int) 
         argv += ["--lora", f"{lora.name}={lora.source}"]
     if options.loras and options.max_loras_per_batch is not None:
         argv += ["--max-loras-per-batch", str(options.max_loras_per_batch)]
+    if share is not None:
+        argv += ["--cuda-memory-fraction", str(share)]
     argv += profile.extra_launch_args
     return tuple(argv)
 

@@ -27,13 +27,21 @@ import psutil
 
 from sie_worker.errors import LoadFailed, StartupTimeout
 
-__all__ = ["EngineProcess", "PortInUse", "start_group_guard"]
+__all__ = ["EngineProcess", "OutOfMemory", "PortInUse", "start_group_guard"]
 
 _log = logging.getLogger("sie_worker.engine")
 _PR_SET_PDEATHSIG = 1
 _TAIL_LINES = 40
 _POLL_FAST_S = 0.025
 _PORT_IN_USE_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
+# What torch, CUDA and SGLang print when a device has too little memory for an engine.
+_OUT_OF_MEMORY_MARKERS = (
+    "cuda out of memory",
+    "outofmemoryerror",
+    "cudaerrormemoryallocation",
+    "cublas_status_alloc_failed",
+    "not enough memory. please try to increase --mem-fraction-static",
+)
 
 try:  # Loaded once, before any fork: the child only makes the call.
     _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
@@ -171,6 +179,10 @@ def start_group_guard() -> None:
 
 class PortInUse(LoadFailed):
     """The engine could not bind its port; the caller retries on another one."""
+
+
+class OutOfMemory(LoadFailed):
+    """The engine ran out of device memory while it started (CUDA or SGLang said so)."""
 
 
 class EngineProcess:
@@ -342,6 +354,12 @@ class EngineProcess:
         tail = self.log_tail()
         if any(marker in tail.lower() for marker in _PORT_IN_USE_MARKERS):
             return PortInUse(f"{self.model}: engine port {self.port} is already in use")
+        # A traceback is long: the whole kept tail is searched.
+        if any(marker in "\n".join(self.tail).lower() for marker in _OUT_OF_MEMORY_MARKERS):
+            return OutOfMemory(
+                f"{self.model}: engine ran out of device memory during startup (code {code})"
+                + self._tail_suffix()
+            )
         return LoadFailed(
             f"{self.model}: engine exited during startup with code {code}" + self._tail_suffix()
         )

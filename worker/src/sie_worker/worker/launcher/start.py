@@ -1,5 +1,9 @@
 """Start one engine for a placed model: book its ports, plan it, start it, wait until ready.
 
+Starts on one device are serialized (:class:`StartGate`): SGLang takes its memory fraction of
+what is free when it starts, so the worker measures the free memory, computes the share and
+starts the engine with no other start on that device in between.
+
 Ports are booked in a :class:`PortBook`: a free port passes the bind test until its engine
 binds it, so two loads starting at once could otherwise both pick it; a load's bookings
 are held until its engine is registered as running (or the load ends), then given back.
@@ -13,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -24,12 +30,45 @@ from sie_worker.settings import Settings
 from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.plan import engine_env, plan_launch
 from sie_worker.worker.launcher.process import EngineProcess, PortInUse
-from sie_worker.worker.records import RunningEngine
 
-__all__ = ["PORT_ATTEMPTS", "Booking", "PortBook", "start_engine"]
+__all__ = ["PORT_ATTEMPTS", "Booking", "PortBook", "RunningEngine", "StartGate", "start_engine"]
 
 _log = logging.getLogger("sie_worker.manager")
 PORT_ATTEMPTS = 3  # engine starts per load when the picked port turns out to be taken
+
+
+@dataclass
+class RunningEngine:
+    """An engine serving a model, with the requests it is serving."""
+
+    engine: EngineProcess
+    options: LoadOptions
+    nccl_port: int | None
+    inflight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @property
+    def ports(self) -> set[int]:
+        """The ports this engine holds (HTTP, and rendezvous when it has one)."""
+        return {self.engine.port} | ({self.nccl_port} if self.nccl_port is not None else set())
+
+
+class StartGate:
+    """One engine start at a time on each device; a block waits for all of its devices, taken
+    in index order (so two blocks never wait on each other)."""
+
+    def __init__(self) -> None:
+        self._locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, block: Sequence[int]) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for index in sorted(set(block)):
+                await stack.enter_async_context(self._locks[index])
+            yield
 
 
 class PortBook:
@@ -78,9 +117,12 @@ async def start_engine(
     settings: Settings,
     base_env: Mapping[str, str],
     client: httpx.AsyncClient,
+    share: float | None = None,
 ) -> RunningEngine:
-    """A ready engine for ``served`` on ``devices``. Raises :class:`LoadFailed` (and its
-    kinds) or :class:`~sie_worker.errors.StartupTimeout`; a failed engine is always stopped."""
+    """A ready engine for ``served`` on ``devices`` (``share``: its memory share, see
+    :func:`~sie_worker.worker.launcher.plan.plan_launch`). Raises :class:`LoadFailed` (and
+    its kinds: :class:`~sie_worker.worker.launcher.process.OutOfMemory` among them) or
+    :class:`~sie_worker.errors.StartupTimeout`; a failed engine is always stopped."""
     declared = options.nccl_port
     # A declared rendezvous port is held too, so other loads' engine ports stay off it.
     nccl_port = booking.hold(declared) if declared else booking.pick(ports.RENDEZVOUS_PORTS)
@@ -88,7 +130,13 @@ async def start_engine(
     for _ in range(PORT_ATTEMPTS):
         port = booking.pick(ports.ENGINE_PORTS)
         plan = plan_launch(
-            served, options, devices, port=port, nccl_port=nccl_port, settings=settings
+            served,
+            options,
+            devices,
+            port=port,
+            nccl_port=nccl_port,
+            settings=settings,
+            share=share,
         )
         engine = await EngineProcess.start(served.id, plan.argv, engine_env(base_env, plan), port)
         try:

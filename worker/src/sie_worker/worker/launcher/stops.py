@@ -15,7 +15,7 @@ from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from sie_worker.settings import Settings
-from sie_worker.worker.records import RunningEngine
+from sie_worker.worker.launcher.start import RunningEngine
 
 __all__ = ["EngineStops", "consume_exception"]
 

@@ -1,0 +1,143 @@
+"""The allocator over the worker's records: claims read from the records, budgets from device
+memory, the model's need, a short backoff after a refusal, and the device views.
+
+``/v1/devices`` and ``/v1/models`` are rendered from the same records (a record's ``block``
+and ``memory``), so the two views always agree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sie_worker.config.adapters import resolve_adapter
+from sie_worker.config.loadtime import LoadOptions
+from sie_worker.errors import PlacementFailed
+from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.placement.allocator import Claim, NoPlacement, Placement, Strategy, place
+from sie_worker.worker.placement.memory import DeviceMemory
+from sie_worker.worker.placement.needs import memory_need
+from sie_worker.worker.records import ModelRecord
+from sie_worker.worker.weights.on_disk import weight_bytes
+
+__all__ = ["Placer", "need_of"]
+
+_BACKOFF_S = 0.5
+
+
+def need_of(options: LoadOptions, memory: DeviceMemory, *, on_cpu: bool) -> int | None:
+    """Bytes the model of ``options`` reserves on each of its devices (None: unknown).
+
+    Reads the local weights' sizes for the default engine: call it off the event loop. With
+    devices of different totals the largest one counts (a conservative need).
+    """
+    totals = [t for t in memory.totals if t is not None]
+    total = max(totals) if totals else None
+    if total is None:
+        return None
+    engine = resolve_adapter(options.adapter).engine
+    loadtime = options.declared
+    fraction = loadtime.get("mem_fraction_static")
+    memory_gib = options.extras.get("memory_gib")
+    weights = None
+    if engine == "transformers" and memory_gib is None and options.model_path is not None:
+        weights = weight_bytes(Path(options.model_path))
+    return memory_need(
+        engine,
+        total,
+        on_cpu=on_cpu,
+        mem_fraction=float(fraction) if isinstance(fraction, int | float) else None,
+        memory_gib=float(memory_gib) if isinstance(memory_gib, int | float) else None,
+        weights_bytes=weights,
+    )
+
+
+class Placer:
+    """Where the next model goes, given every record's claim. Call under the manager's lock."""
+
+    def __init__(
+        self,
+        devices: Sequence[str],
+        memory: DeviceMemory,
+        strategy: Strategy,
+        metrics: WorkerMetrics,
+    ) -> None:
+        self.devices = tuple(devices)
+        self.memory = memory
+        self.strategy: Strategy = strategy
+        self._metrics = metrics
+        self._budgets = memory.budgets()
+        self._backoff: dict[tuple[int, int | None], float] = {}
+
+    def place(
+        self, record: ModelRecord, records: Iterable[ModelRecord], width: int, need: int | None
+    ) -> Placement:
+        """Where ``record`` would go now (devices, evictions). Raises :class:`PlacementFailed`
+        when no room can be made; another try for the same size waits a moment."""
+        now = time.monotonic()
+        key = (width, need)
+        if self._backoff.get(key, 0.0) > now:
+            raise PlacementFailed(
+                f"{record.id}: no room for it could be made a moment ago; retry shortly",
+                retry_after_s=1,
+            )
+        try:
+            return place(self._budgets, claims(records), width, need=need, strategy=self.strategy)
+        except NoPlacement as exc:
+            self._backoff[key] = now + _BACKOFF_S
+            self._metrics.placement_failures.inc()
+            raise PlacementFailed(f"{record.id}: " + exc.describe(self.devices)) from None
+
+    def forget_refusals(self) -> None:
+        """Room may have been made (a model unloaded or unpinned): the next try is real."""
+        self._backoff.clear()
+
+    def reserved(
+        self, index: int, records: Iterable[ModelRecord], *, other_than: ModelRecord
+    ) -> int:
+        """Bytes the models on device ``index`` other than ``other_than`` reserve."""
+        return sum(r.memory or 0 for r in records if r is not other_than and index in r.block)
+
+    def device_entries(self, records: Iterable[ModelRecord]) -> list[dict[str, Any]]:
+        """``/v1/devices``: each device, the models on it (``model``: the first, as before
+        devices were shared), its total, budget and what the models there reserve."""
+        on: list[list[ModelRecord]] = [[] for _ in self.devices]
+        for record in records:
+            for index in record.block:
+                on[index].append(record)
+        entries = []
+        for index, device in enumerate(self.devices):
+            holders = sorted(on[index], key=lambda r: r.id)
+            known = self.memory.totals[index] is not None
+            entries.append(
+                {
+                    "device": device,
+                    "model": holders[0].id if holders else None,
+                    "models": [r.id for r in holders],
+                    "memory_total_bytes": self.memory.totals[index],
+                    "memory_budget_bytes": self._budgets[index],
+                    "memory_reserved_bytes": (
+                        sum(r.memory or 0 for r in holders) if known else None
+                    ),
+                }
+            )
+        return entries
+
+
+def claims(records: Iterable[ModelRecord]) -> list[Claim]:
+    """The allocator's view of every record holding devices."""
+    return [
+        Claim(
+            r.id,
+            r.block[0],
+            len(r.block),
+            pinned=r.pinned,
+            last_used=r.last_used,
+            evictable=r.state == "ready",
+            memory=r.memory,
+        )
+        for r in records
+        if r.block
+    ]
