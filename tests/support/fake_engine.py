@@ -58,6 +58,9 @@ Startup behaviour, from the environment (tests put these in a profile's ``extra_
 ``FAKE_ENGINE_EMBEDDING_DIM``        embedding width (default 16)
 ``FAKE_ENGINE_CHECK_MASK=0``         accept a device mask narrower than ``--tp-size``
 ``FAKE_ENGINE_MAX_LIFETIME_S``       exit 0 after this long (safety net against orphans)
+``FAKE_ENGINE_OOM_ABOVE_FRACTION``   start as a real engine short of device memory does (torch's
+                                     "CUDA out of memory" on stderr, exit 1) when
+                                     ``--mem-fraction-static`` is above this share
 ===================================  ==========================================================
 
 ``--nccl-port`` is bound (as the real rank 0 binds its rendezvous store), so two engines
@@ -202,6 +205,7 @@ class Knobs:
     embedding_dim: int = 16
     check_mask: bool = True
     max_lifetime_s: float | None = None
+    oom_above_fraction: float | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Knobs:
@@ -231,6 +235,7 @@ class Knobs:
             check_mask=not env.get("FAKE_ENGINE_CHECK_MASK")
             or _env_bool(env, "FAKE_ENGINE_CHECK_MASK"),
             max_lifetime_s=_env_float(env, "FAKE_ENGINE_MAX_LIFETIME_S"),
+            oom_above_fraction=_env_float(env, "FAKE_ENGINE_OOM_ABOVE_FRACTION"),
         )
 
 
@@ -259,6 +264,7 @@ class EngineArgs:
     is_embedding: bool
     context_length: int | None
     parser: str
+    mem_fraction_static: float | None = None
     explicit: Mapping[str, Any] = field(default_factory=dict)
     unknown: tuple[str, ...] = ()
     loras: tuple[str, ...] = ()  # the adapter names of --lora-paths, as SGLang names them
@@ -299,6 +305,7 @@ def _minimal_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nccl-port", type=int, default=None)
     parser.add_argument("--is-embedding", action="store_true")
     parser.add_argument("--context-length", type=int, default=None)
+    parser.add_argument("--mem-fraction-static", type=float, default=None)
     parser.add_argument("--enable-lora", action="store_true", default=None)
     parser.add_argument("--lora-paths", nargs="*", default=None)
     parser.add_argument("--max-loras-per-batch", type=int, default=8)
@@ -349,6 +356,7 @@ def parse_engine_argv(argv: Sequence[str], parser_mode: str = "auto") -> EngineA
         is_embedding=bool(values.get("is_embedding")),
         context_length=values.get("context_length"),
         parser=name,
+        mem_fraction_static=values.get("mem_fraction_static"),
         explicit={dest: _jsonable(values[dest]) for dest in sorted(given) if dest in values},
         unknown=tuple(unknown),
         loras=_lora_names(values.get("lora_paths"))
@@ -1158,6 +1166,14 @@ async def _serve(args: EngineArgs, knobs: Knobs, argv: Sequence[str]) -> int:
         problem = _mask_problem(args, os.environ) if knobs.check_mask else None
         if problem is not None:
             engine.crash(problem, 1)
+        wanted = args.mem_fraction_static
+        if knobs.oom_above_fraction is not None and (wanted or 0.9) > knobs.oom_above_fraction:
+            engine.crash(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB "
+                f"(--mem-fraction-static {wanted} is above FAKE_ENGINE_OOM_ABOVE_FRACTION="
+                f"{knobs.oom_above_fraction:g})",
+                1,
+            )
         if knobs.exit_at_start is not None and not knobs.start_delay_s:
             engine.crash(
                 "simulated startup failure (FAKE_ENGINE_EXIT_AT_START)", knobs.exit_at_start
