@@ -309,7 +309,7 @@ def _reference(
         free = [o for o in options if o[0] == 0]
         if free:
             return Placement(free[0][2], width)
-        cost, _, start, holders = min(options, key=lambda o: (o[0], o[1], o[2]))
+        _cost, _, start, holders = min(options, key=lambda o: (o[0], o[1], o[2]))
         order = sorted(holders.values(), key=lambda c: (c.last_used, c.model))
         return Placement(start, width, tuple(c.model for c in order))
     open_ = [i for i in range(n) if i not in group]

@@ -114,9 +114,9 @@ def device_memory(
     return DeviceMemory(source, (share,) * len(devices), threshold)
 
 
-def cgroup_memory_limit(files: Sequence[Path] = _CGROUP_FILES) -> int | None:
+def cgroup_memory_limit(files: Sequence[Path] | None = None) -> int | None:
     """The container's memory limit in bytes, or None where there is none."""
-    for path in files:
+    for path in _CGROUP_FILES if files is None else files:
         try:
             text = path.read_text().strip()
         except OSError:
