@@ -8,6 +8,7 @@ import pytest
 
 from sie_worker.config.model import ServedModel, served_model
 from sie_worker.config.reader import load_config_file
+from sie_worker.sizing.arithmetic import Hardware
 from sie_worker.sizing.capacity import (
     add_gpu_arguments,
     gpu_from,
@@ -17,7 +18,6 @@ from sie_worker.sizing.capacity import (
     workload_for,
 )
 from sie_worker.sizing.gpus import GpuError
-from sie_worker.sizing.plan import Hardware
 
 LLAMA_70B = {
     "num_hidden_layers": 80,

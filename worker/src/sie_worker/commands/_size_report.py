@@ -13,6 +13,7 @@ from typing import Any
 
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import Problem
+from sie_worker.sizing.arithmetic import Hardware
 from sie_worker.sizing.capacity import Gpu, WorkloadChoice
 from sie_worker.sizing.cold_start import (
     DEFAULT_SOURCES,
@@ -27,7 +28,8 @@ from sie_worker.sizing.cold_start import (
 )
 from sie_worker.sizing.lora import LoraSizing
 from sie_worker.sizing.model_stats import ModelStats, Weights
-from sie_worker.sizing.plan import Hardware, Plan, PoolSuggestion
+from sie_worker.sizing.plan import Plan
+from sie_worker.sizing.pool import PoolSuggestion
 
 __all__ = ["ColdStartInputs", "Report", "to_json", "to_table"]
 

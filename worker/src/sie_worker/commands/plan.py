@@ -1,10 +1,14 @@
 """``sie-worker plan FILE [--devices LIST] [--profile NAME]``: what a load would do.
 
-Prints ``{"model", "width", "devices", "argv", "env"}`` as JSON, built by the same
-``resolve_load_options`` and ``plan_launch`` the worker uses, for an empty worker with
+Prints ``{"model", "width", "devices", "argv", "env", "memory_bytes"}`` as JSON, built by the
+same ``resolve_load_options`` and ``plan_launch`` the worker uses, for an empty worker with
 ``--devices`` (else ``SIE_DEVICES``) and the bundle ``SIE_BUNDLE`` names (its SGLang
 release's flag spellings): the model goes on the first block of its width, with real free
-ports. ``env`` is the delta over the worker's environment. Starts nothing.
+ports. ``env`` is the delta over the worker's environment. ``memory_bytes`` is what the model
+reserves on each of its devices (null where device memory is unknown: set
+``SIE_FAKE_MEMORY_BUDGET``, e.g. 80GiB, to plan for a GPU of that size); with it known, the
+engine's share (``--mem-fraction-static``; the default engine's ``--cuda-memory-fraction``)
+is the one it gets on an empty device. Starts nothing.
 A model whose weights come from the hub runs from its snapshot folder in the Hugging Face
 cache (``--model-path``) when the snapshot is complete there; otherwise the plan shows the
 hub id and a note on stderr says that a load downloads it first (``sie-worker fetch``).
@@ -32,8 +36,11 @@ from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import SettingsError
 from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
 from sie_worker.sizing.gpus import GpuError
+from sie_worker.sizing.memory_needs import cuda_cap, sglang_fraction
 from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.plan import plan_launch
+from sie_worker.worker.placement.claims import need_of
+from sie_worker.worker.placement.memory import device_memory
 from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, cached_snapshot
 
 __all__ = ["register", "run"]
@@ -102,6 +109,18 @@ def run(args: argparse.Namespace) -> int:
     if sglang and nccl_port is None:
         nccl_port = ports.pick_port(ports.RENDEZVOUS_PORTS)
     port = ports.pick_port(ports.ENGINE_PORTS, {nccl_port} if nccl_port else ())
+    memory = device_memory(settings)
+    need = need_of(options, memory, on_cpu=not devices[0].startswith("cuda"))
+    total = memory.totals[0]
+    share = None
+    if need is not None and total is not None:
+        declared = options.declared.get("mem_fraction_static")
+        if sglang:
+            # An empty device: all of it is free.
+            fraction = float(declared) if isinstance(declared, int | float) else None
+            share = sglang_fraction(total, total, fraction)
+        elif devices[0].startswith("cuda"):
+            share = cuda_cap(need, total)
     plan = plan_launch(
         served,
         options,
@@ -109,11 +128,12 @@ def run(args: argparse.Namespace) -> int:
         port=port,
         nccl_port=nccl_port if sglang else None,
         settings=settings,
+        share=share,
     )
     for message in warnings:
         print(f"warning: {args.file}: {message}", file=sys.stderr)
     if hardware is not None:
         for warning in served_model_warnings(served, hardware, devices=len(settings.devices)):
             print(f"warning: {warning}", file=sys.stderr)
-    print(json.dumps(plan.summary(), indent=2))
+    print(json.dumps({**plan.summary(), "memory_bytes": need}, indent=2))
     return 0

@@ -32,6 +32,7 @@ from sie_worker.config.model import DEFAULT_PROFILE, ServedModel, served_model
 from sie_worker.config.model_shape import ModelPathError, find_config_json
 from sie_worker.config.reader import load_config_file
 from sie_worker.errors import InvalidConfig, Problem
+from sie_worker.sizing.arithmetic import Hardware, ModelSize
 from sie_worker.sizing.capacity import (
     GPU_TYPE_ENV,
     Gpu,
@@ -57,7 +58,7 @@ from sie_worker.sizing.model_stats import (
     read_model_stats,
     resolve_weights,
 )
-from sie_worker.sizing.plan import Hardware, ModelSize, plan, plan_weights_only
+from sie_worker.sizing.plan import plan, plan_weights_only
 
 __all__ = ["register", "run"]
 

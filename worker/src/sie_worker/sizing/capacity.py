@@ -1,7 +1,7 @@
 """Capacity planning for one served model: config + config.json + GPU -> sizing inputs.
 
 The glue between :mod:`sie_worker.config` (the profile), :mod:`sie_worker.sizing.model_stats`
-(what the model directory says) and the pure arithmetic of :mod:`sie_worker.sizing.plan`.
+(what the model directory says) and the pure arithmetic of :mod:`sie_worker.sizing.arithmetic`.
 ``sie-worker size`` uses all of it; ``validate``/``plan`` need only
 :func:`add_gpu_arguments`, :func:`hardware_from_args` and :func:`served_model_warnings`.
 """
@@ -18,6 +18,8 @@ from sie_worker.config.model import ServedModel
 from sie_worker.config.model_shape import ModelPathError, find_config_json
 from sie_worker.config.sglang_options import option_tables, resolve
 from sie_worker.errors import Problem
+from sie_worker.sizing.arithmetic import Hardware, ModelSize, Workload
+from sie_worker.sizing.config_warnings import config_warnings
 from sie_worker.sizing.gpus import GpuError, gpu_memory_for_type, known_types, parse_memory
 from sie_worker.sizing.model_stats import (
     ModelStats,
@@ -26,7 +28,6 @@ from sie_worker.sizing.model_stats import (
     read_model_stats,
     resolve_weights,
 )
-from sie_worker.sizing.plan import Hardware, ModelSize, Workload, config_warnings
 
 __all__ = [
     "GPU_TYPE_ENV",
@@ -216,7 +217,7 @@ def warnings_for(
     devices: int | None = None,
     context: int | None = None,
 ) -> list[Problem]:
-    """:func:`~sie_worker.sizing.plan.config_warnings` for the profile's declared values."""
+    """:func:`~sie_worker.sizing.config_warnings.config_warnings` for the profile's declared values."""
     kv_bytes, _ = kv_bytes_per_value(served)
     model = ModelSize(stats.shape, weights.bytes, kv_bytes)
     if context is None:

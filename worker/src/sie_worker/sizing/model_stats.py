@@ -26,7 +26,7 @@ from sie_worker.config.hf_config import (
     parse_hf_config,
     read_hf_config,
 )
-from sie_worker.sizing.plan import Shape
+from sie_worker.sizing.arithmetic import Shape
 
 __all__ = [
     "Checkpoint",

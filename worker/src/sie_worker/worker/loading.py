@@ -32,11 +32,11 @@ from sie_worker.config.loadtime import LoadOptions, resolve_load_options
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import InvalidConfig, LoadFailed, SieError
 from sie_worker.settings import Settings
+from sie_worker.sizing.memory_needs import NoRoomAtStart, cuda_cap, sglang_fraction
 from sie_worker.worker.launcher.process import OutOfMemory
 from sie_worker.worker.launcher.start import PortBook, RunningEngine, StartGate, start_engine
 from sie_worker.worker.model_table import ModelTable
 from sie_worker.worker.placement.claims import need_of
-from sie_worker.worker.placement.needs import NoRoomAtStart, cuda_cap, sglang_fraction
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.weights.hub_errors import DownloadCancelled
 from sie_worker.worker.weights.load_step import ModelWeights

@@ -15,10 +15,10 @@ from typing import Any
 from sie_worker.config.adapters import resolve_adapter
 from sie_worker.config.loadtime import LoadOptions
 from sie_worker.errors import PlacementFailed
+from sie_worker.sizing.memory_needs import memory_need
 from sie_worker.worker.metrics import WorkerMetrics
 from sie_worker.worker.placement.allocator import Claim, NoPlacement, Placement, Strategy, place
 from sie_worker.worker.placement.memory import DeviceMemory
-from sie_worker.worker.placement.needs import memory_need
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.weights.on_disk import weight_bytes
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sie_worker.worker.placement.needs import (
+from sie_worker.sizing.memory_needs import (
     GIB,
     NoRoomAtStart,
     cuda_cap,
