@@ -217,7 +217,7 @@ def warnings_for(
     devices: int | None = None,
     context: int | None = None,
 ) -> list[Problem]:
-    """:func:`~sie_worker.sizing.config_warnings.config_warnings` for the profile's declared values."""
+    """:func:`~sie_worker.sizing.config_warnings.config_warnings` for the declared values."""
     kv_bytes, _ = kv_bytes_per_value(served)
     model = ModelSize(stats.shape, weights.bytes, kv_bytes)
     if context is None:
