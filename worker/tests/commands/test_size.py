@@ -474,3 +474,58 @@ def test_size_reads_the_rank_from_local_adapters(
     )  # fmt: skip
     assert lora["params_per_rank_per_layer"] == 8192 + 5120
     assert lora["max_rank"] == 32  # SGLang infers it from the adapters
+
+
+def _shared_model(
+    tmp_path: Path, name: str, sequences: int, *, fraction: float | None = None
+) -> Path:
+    """A Llama 3.1 8B config (bfloat16) serving ``sequences`` of 8192 tokens."""
+    folder = tmp_path / name
+    folder.mkdir()
+    params, shape = LLAMA["8B"]
+    (folder / "config.json").write_text(json.dumps({**shape, "torch_dtype": "bfloat16"}))
+    index = {"metadata": {"total_size": int(params * 2)}, "weight_map": {}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    declared = f"        mem_fraction_static: {fraction}\n" if fraction is not None else ""
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(
+        f"sie_id: org/{name}\nhf_id: org/{name}\nmodel_path: {name}\n"
+        "tasks:\n  generate:\n    context_length: 8192\n"
+        "profiles:\n  default:\n    compute_precision: bfloat16\n"
+        f"    kv_budget_tokens: {8192 * sequences}\n"
+        "    adapter_path: sie_server.adapters.sglang.generation:SGLangGenerationAdapter\n"
+        "    adapter_options:\n      loadtime:\n"
+        f"{declared}        startup_timeout_s: 900\n"
+    )
+    return config
+
+
+def test_several_models_are_packed_onto_shared_gpus_with_the_fractions_the_worker_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _shared_model(tmp_path, "a", 4)  # 16.1 GB of weights + 4.3 GB of KV cache
+    b = _shared_model(tmp_path, "b", 2)
+    c = _shared_model(tmp_path, "c", 8, fraction=0.2)
+    out = _size_json(capsys, str(a), str(b), str(c), "--gpu-type", "h100")
+    assert [m["model"] for m in out["models"]] == ["org/a", "org/b", "org/c"]
+    sharing = out["sharing"]
+    assert (sharing["gpus_shared"], sharing["gpus_exclusive"]) == (1, 3)
+    gpu = sharing["gpus"][0]
+    assert [s["model"] for s in gpu] == ["org/a", "org/b", "org/c"]
+    assert [s["mem_fraction_static"] for s in gpu] == [0.26, 0.23, 0.2]
+    assert [s["mem_fraction_static_suggested"] for s in gpu] == [True, True, False]
+    # Each engine's share of what is free when it starts, in that order.
+    assert [s["engine_share"] for s in gpu] == [0.26, 0.316, 0.413]
+    assert "org/c: mem_fraction_static 0.2 reserves 16.0 GB" in sharing["warnings"][0]
+    assert main(["size", str(a), str(b), "--gpu-type", "h100"]) == 0
+    table = " ".join(capsys.readouterr().out.split())  # the table wraps at 80 columns
+    assert "Sharing GPUs of 80.0 GB (budget 76.0 GB at 95%): 1 GPU(s)" in table
+    assert "starts with --mem-fraction-static 0.316" in table
+
+
+def test_one_model_keeps_its_report_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _size_json(capsys, str(_shared_model(tmp_path, "a", 4)), "--gpu-type", "h100")
+    assert out["model"] == "org/a"
+    assert "sharing" not in out

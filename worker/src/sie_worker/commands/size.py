@@ -1,4 +1,4 @@
-"""``sie-worker size FILE``: capacity plan for one served model on one GPU type.
+"""``sie-worker size FILE [FILE ...]``: capacity plan for served models on one GPU type.
 
 Reads the model config, then the model's config.json (``model_path`` or the Hugging Face
 cache, as for the head check; ``--model-dir`` points elsewhere) and its safetensors
@@ -11,8 +11,12 @@ weights / source rate + warm-up; --source, --startup-s, --warmup-s), with the re
 pile up meanwhile at --arrival-rate beyond --served-rate; with ``lora_paths``, the adapters'
 memory (one adapter at its rank, the engine's GPU buffers for max_loras_per_batch adapters,
 counted in the total need, and the fine-tunes as merged models against one base plus
-adapters; --lora-rank). ``--json`` prints the same fields
-(README: "Sizing"). Units: bytes, and
+adapters; --lora-rank). With several files, which single-GPU models fit together on one
+GPU: the mem_fraction_static each should declare (its need over the GPU's memory, unless
+declared), what the worker reserves for it, and the --mem-fraction-static it passes each
+engine in that load order (``SIE_MEMORY_PRESSURE_THRESHOLD_PERCENT`` sets the budget).
+``--json`` prints the same fields (with several files: ``{"models": [...], "sharing":
+{...}}``) (README: "Sizing"). Units: bytes, and
 GB = 1e9 bytes. Exit 1 on bad input (unreadable config, no config.json and no --params,
 unknown GPU type).
 """
@@ -21,17 +25,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from sie_worker.commands import _size_report
-from sie_worker.config.loadtime import declared_width
+from sie_worker.commands import _size_report, _size_sharing
+from sie_worker.config.adapters import NotServedHere, UnknownAdapter
+from sie_worker.config.loadtime import adapter_of, declared_width
 from sie_worker.config.model import DEFAULT_PROFILE, ServedModel, served_model
 from sie_worker.config.model_shape import ModelPathError, find_config_json
 from sie_worker.config.reader import load_config_file
 from sie_worker.errors import InvalidConfig, Problem
+from sie_worker.settings import Settings, SettingsError
 from sie_worker.sizing.arithmetic import Hardware, ModelSize
 from sie_worker.sizing.capacity import (
     GPU_TYPE_ENV,
@@ -52,12 +59,14 @@ from sie_worker.sizing.cold_start import (
 )
 from sie_worker.sizing.gpus import GpuError, known_types
 from sie_worker.sizing.lora_inputs import lora_for
+from sie_worker.sizing.memory_needs import EngineKind
 from sie_worker.sizing.model_stats import (
     ModelStatsError,
     Weights,
     read_model_stats,
     resolve_weights,
 )
+from sie_worker.sizing.packing import Packing, Tenant, pack
 from sie_worker.sizing.plan import plan, plan_weights_only
 
 __all__ = ["register", "run"]
@@ -76,7 +85,13 @@ def register(sub: Any) -> None:
         help="capacity plan: weights, KV cache, minimum GPUs, width, replicas",
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
     )
-    parser.add_argument("file", metavar="FILE", type=Path, help="model config file")
+    parser.add_argument(
+        "files",
+        metavar="FILE",
+        type=Path,
+        nargs="+",
+        help="model config file; several: also which of them share a GPU",
+    )
     parser.add_argument(
         "--profile", default=DEFAULT_PROFILE, help="profile to size (default: default)"
     )
@@ -167,7 +182,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        report = _report(args)
+        reports = [_report(args, file) for file in args.files]
+        sharing = _sharing(reports) if len(reports) > 1 else None
     except InvalidConfig as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -176,18 +192,72 @@ def run(args: argparse.Namespace) -> int:
         print(f"sie-worker size: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(_size_report.to_json(report), indent=2))
+        if sharing is None:
+            print(json.dumps(_size_report.to_json(reports[0]), indent=2))
+        else:
+            body = {
+                "models": [_size_report.to_json(r) for r in reports],
+                "sharing": _size_sharing.sharing_json(sharing),
+            }
+            print(json.dumps(body, indent=2))
     else:
-        print(_size_report.to_table(report))
+        tables = [_size_report.to_table(r) for r in reports]
+        if sharing is not None:
+            tables.append(_size_sharing.sharing_table(sharing))
+        print("\n\n".join(tables))
     return 0
 
 
-def _report(args: argparse.Namespace) -> _size_report.Report:
-    config = load_config_file(args.file)
+def _sharing(reports: list[_size_report.Report]) -> Packing:
+    """Which of the models share one GPU of the reports' GPU type."""
+    settings = _worker_settings()
+    tenants = []
+    for report in reports:
+        width = report.plan.width.width
+        if width is not None:
+            width = max(width, report.declared_width)
+        loadtime = report.served.profile.loadtime
+        fraction, memory_gib = loadtime.get("mem_fraction_static"), loadtime.get("memory_gib")
+        tenants.append(
+            Tenant(
+                name=report.served.id,
+                engine=_engine_of(report.served, settings),
+                width=width,
+                need_bytes=report.plan.total_bytes,
+                weights_bytes=report.weights.bytes,
+                declared_fraction=float(fraction) if isinstance(fraction, int | float) else None,
+                declared_memory_gib=(
+                    float(memory_gib) if isinstance(memory_gib, int | float) else None
+                ),
+            )
+        )
+    return pack(tenants, reports[0].gpu.memory_bytes, settings.memory_pressure_threshold_percent)
+
+
+def _worker_settings() -> Settings:
+    """The worker's settings that decide sharing: its bundle (the default adapter) and the
+    pressure threshold (the budget)."""
+    names = ("SIE_BUNDLE", "SIE_MEMORY_PRESSURE_THRESHOLD_PERCENT")
+    try:
+        return Settings.from_env({k: os.environ[k] for k in names if k in os.environ}, gpu=False)
+    except SettingsError as exc:
+        raise _SizeError(str(exc)) from None
+
+
+def _engine_of(served: ServedModel, settings: Settings) -> EngineKind:
+    """The engine serving the profile: its adapter's, else the bundle's default adapter's."""
+    try:
+        return adapter_of(served, settings).engine
+    except (UnknownAdapter, NotServedHere):
+        return "sglang"  # the load would refuse it; size it as SGLang would run it
+
+
+def _report(args: argparse.Namespace, file: Path) -> _size_report.Report:
+    config = load_config_file(file)
     try:
         served = served_model(config, args.profile)
     except KeyError as exc:
-        raise InvalidConfig([Problem("$.profiles", str(exc.args[0]), str(args.file))]) from None
+        raise InvalidConfig([Problem("$.profiles", str(exc.args[0]), str(file))]) from None
     gpu = gpu_from(args.gpu_type, args.gpu_memory)
     if gpu is None:
         raise _SizeError(

@@ -1,0 +1,153 @@
+"""Which single-GPU models fit together on one GPU, and the shares the worker gives them. Pure.
+
+Each model needs its weights plus the KV cache of its workload (seed 004's arithmetic,
+:mod:`sie_worker.sizing.plan`). On a worker, an SGLang model reserves
+``mem_fraction_static x GPU memory + 1 GiB`` (:mod:`sie_worker.sizing.memory_needs`); the
+fraction to declare is its need over the GPU's memory, rounded up to a hundredth, unless the
+config declares one. The default engine reserves its weights x 1.2 + 1 GiB.
+
+Models are packed first-fit by decreasing reservation into GPUs whose budget is the memory x
+the worker's pressure threshold (``SIE_MEMORY_PRESSURE_THRESHOLD_PERCENT``, 95); a model
+alone on a GPU always fits. In that load order the worker passes each SGLang engine
+``(f x memory) / free memory at its start``; the default engine caps its CUDA allocator at
+its reservation's share. Models wider than one GPU claim their GPUs whole and share none.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sie_worker.sizing.memory_needs import (
+    EngineKind,
+    NoRoomAtStart,
+    cuda_cap,
+    memory_need,
+    sglang_fraction,
+)
+
+__all__ = ["Packing", "Seat", "Tenant", "pack", "seat_for", "suggest_fraction"]
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One model to place: what it needs to serve its workload, and what its config says."""
+
+    name: str
+    engine: EngineKind
+    width: int | None  # the width it needs (None: no width holds it)
+    need_bytes: float  # weights + KV cache of its workload
+    weights_bytes: float
+    declared_fraction: float | None = None  # mem_fraction_static as declared
+    declared_memory_gib: float | None = None  # the default engine's memory_gib
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A model on a GPU: the reservation the worker makes for it and the share it passes."""
+
+    name: str
+    fraction: float | None  # mem_fraction_static (SGLang): declared or suggested
+    suggested: bool  # the fraction is this tool's suggestion (the config declares none)
+    reserved_bytes: int
+    share: float | None = None  # what its engine is told at start, in the load order
+    short_bytes: float = 0.0  # a declared fraction below the model's need by this much
+
+
+@dataclass(frozen=True)
+class Packing:
+    gpu_memory_bytes: int
+    budget_bytes: int
+    gpus: tuple[tuple[Seat, ...], ...]
+    groups: tuple[tuple[str, int], ...]  # (model, width) of models that claim whole GPUs
+    unplaceable: tuple[str, ...]  # models no width holds
+
+    @property
+    def gpus_shared(self) -> int:
+        return len(self.gpus) + sum(width for _, width in self.groups)
+
+    @property
+    def gpus_exclusive(self) -> int:
+        """GPUs the same models need when every model claims its own."""
+        singles = sum(len(gpu) for gpu in self.gpus)
+        return singles + sum(width for _, width in self.groups)
+
+
+def suggest_fraction(need_bytes: float, gpu_memory_bytes: int) -> float:
+    """``mem_fraction_static`` that holds ``need_bytes``: need / memory, up to a hundredth."""
+    return min(math.ceil(need_bytes / gpu_memory_bytes * 100 - 1e-9) / 100, 0.99)
+
+
+def seat_for(tenant: Tenant, gpu_memory_bytes: int) -> Seat:
+    """The worker's reservation for ``tenant`` on one GPU (its share not yet known)."""
+    if tenant.engine == "sglang":
+        suggested = tenant.declared_fraction is None
+        fraction = (
+            suggest_fraction(tenant.need_bytes, gpu_memory_bytes)
+            if tenant.declared_fraction is None
+            else tenant.declared_fraction
+        )
+        reserved = memory_need("sglang", gpu_memory_bytes, mem_fraction=fraction)
+        short = max(tenant.need_bytes - fraction * gpu_memory_bytes, 0.0)
+        assert reserved is not None
+        return Seat(tenant.name, fraction, suggested, reserved, short_bytes=short)
+    reserved = memory_need(
+        "transformers",
+        gpu_memory_bytes,
+        memory_gib=tenant.declared_memory_gib,
+        weights_bytes=math.ceil(tenant.weights_bytes),
+    )
+    assert reserved is not None
+    return Seat(tenant.name, None, False, reserved)
+
+
+def pack(
+    tenants: Sequence[Tenant], gpu_memory_bytes: int, threshold_percent: float = 95.0
+) -> Packing:
+    """Fit the single-GPU ``tenants`` onto as few GPUs of ``gpu_memory_bytes`` as first-fit
+    decreasing finds, with the shares the worker passes in that load order."""
+    budget = math.floor(gpu_memory_bytes * threshold_percent / 100)
+    singles = [t for t in tenants if t.width == 1]
+    seats = sorted(
+        (seat_for(t, gpu_memory_bytes) for t in singles),
+        key=lambda s: (-s.reserved_bytes, s.name),
+    )
+    bins: list[list[Seat]] = []
+    for seat in seats:
+        for gpu in bins:
+            if sum(s.reserved_bytes for s in gpu) + seat.reserved_bytes <= budget:
+                gpu.append(seat)
+                break
+        else:
+            bins.append([seat])
+    engines = {t.name: t.engine for t in singles}
+    gpus = tuple(tuple(_with_shares(gpu, engines, gpu_memory_bytes)) for gpu in bins)
+    groups = tuple((t.name, t.width) for t in tenants if t.width is not None and t.width > 1)
+    unplaceable = tuple(t.name for t in tenants if t.width is None)
+    return Packing(gpu_memory_bytes, budget, gpus, groups, unplaceable)
+
+
+def _with_shares(gpu: list[Seat], engines: dict[str, EngineKind], total: int) -> list[Seat]:
+    placed: list[Seat] = []
+    reserved = 0
+    for seat in gpu:
+        if engines[seat.name] == "sglang":
+            try:
+                share: float | None = sglang_fraction(total, total - reserved, seat.fraction)
+            except NoRoomAtStart:
+                share = None
+        else:
+            share = cuda_cap(seat.reserved_bytes, total)
+        placed.append(
+            Seat(
+                seat.name,
+                seat.fraction,
+                seat.suggested,
+                seat.reserved_bytes,
+                share,
+                seat.short_bytes,
+            )
+        )
+        reserved += seat.reserved_bytes
+    return placed
