@@ -187,13 +187,35 @@ def _ready(worker: WorkerProcess) -> bool:
     return False
 
 
-def test_loading_a_second_model_on_one_cpu_evicts_the_first(
+def test_two_models_share_one_cpu_while_its_memory_allows(
     start_worker: Callable[..., WorkerProcess], minilm_dir: Path, tiny_llama_dir: Path
 ) -> None:
     worker = start_worker(
         [minilm_config(minilm_dir), llama_config(tiny_llama_dir)],
         devices="cpu",
         env=DEFAULT_BUNDLE_ENV,
+    )
+    _post(worker, "/v1/embeddings", {"model": MINILM, "input": "first"})
+    _post(worker, "/v1/completions", {"model": LLAMA, "prompt": "second", "max_tokens": 2})
+    models = worker.models()
+    assert models[MINILM]["state"] == models[LLAMA]["state"] == "ready"
+    (cpu,) = worker.get("/v1/devices")["devices"]
+    assert cpu["models"] == sorted([MINILM, LLAMA])
+    # Each reserves its weight files x 1.2 + 1.5 GiB (the default engine on cpu).
+    assert cpu["memory_reserved_bytes"] == models[MINILM]["memory_bytes"] + (
+        models[LLAMA]["memory_bytes"]
+    )
+    assert cpu["memory_total_bytes"] > cpu["memory_reserved_bytes"]
+
+
+def test_a_second_model_that_does_not_fit_beside_the_first_evicts_it(
+    start_worker: Callable[..., WorkerProcess], minilm_dir: Path, tiny_llama_dir: Path
+) -> None:
+    # A 2 GiB budget holds one default-engine model (each reserves about 1.6 GiB), not two.
+    worker = start_worker(
+        [minilm_config(minilm_dir), llama_config(tiny_llama_dir)],
+        devices="cpu",
+        env={**DEFAULT_BUNDLE_ENV, "SIE_FAKE_MEMORY_BUDGET": "2GiB"},
     )
     _post(worker, "/v1/embeddings", {"model": MINILM, "input": "first"})
     assert worker.devices() == {"cpu": MINILM}

@@ -193,8 +193,8 @@ def test_a_refused_option_is_reported_once_whatever_its_value() -> None:
     found = refusals(model)
     assert found == {
         f"{LOADTIME}.nccl_port": "is not a load-time option of TransformersAdapter; accepted: "
-        "request_read_timeout_s, startup_timeout_s, device, threads, max_batch_size, lora_paths, "
-        "max_loras_per_batch",
+        "request_read_timeout_s, startup_timeout_s, device, threads, max_batch_size, memory_gib, "
+        "lora_paths, max_loras_per_batch",
         f"{LOADTIME}.watchdog_timeout_s": "is not a load-time option of TransformersAdapter; "
         "did you mean startup_timeout_s?",
     }
