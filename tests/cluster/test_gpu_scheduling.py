@@ -10,13 +10,17 @@ publish them (kube-scheduler v1.36 allocates claims against them; nothing inject
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.cluster.controlplane import REPO, ControlPlane, _die_with_parent
 from tests.cluster.kube import (
     DRA_DRIVER,
     GPU_COUNT_LABEL,
@@ -38,6 +42,7 @@ from tests.cluster.test_chart_install import (
     render,
     upgrade,
 )
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -50,8 +55,11 @@ def _sized(gpus: int) -> dict[str, str]:
     return {"cpu": str(12 * gpus), "memory": f"{48 * gpus}Gi"}
 
 
-def _pool(count: int, *, device_group: bool = True, **gpu: Any) -> dict[str, Any]:
+def _pool(
+    count: int, *, device_group: bool = True, extra: Mapping[str, Any] | None = None, **gpu: Any
+) -> dict[str, Any]:
     return {
+        **(extra or {}),
         "enabled": True,
         "machineProfile": f"l4-{count}x",
         "gpuType": "l4",
@@ -62,10 +70,12 @@ def _pool(count: int, *, device_group: bool = True, **gpu: Any) -> dict[str, Any
     }
 
 
-def _values(tmp_path: Path, name: str, **pools: Mapping[str, Any]) -> Path:
+def _values(
+    tmp_path: Path, name: str, common: Mapping[str, Any] | None = None, **pools: Mapping[str, Any]
+) -> Path:
     """A values file with only ``pools`` (the default l4 pool and the gateway off)."""
     values = {
-        "workers": {"pools": {"l4": {"enabled": False}, **pools}},
+        "workers": {"common": dict(common or {}), "pools": {"l4": {"enabled": False}, **pools}},
         "gateway": {"enabled": False},
     }
     path = tmp_path / f"{name}.yaml"
@@ -103,6 +113,17 @@ def test_without_the_exact_fit_preference_the_scheduler_puts_a_3_gpu_pod_on_the_
 
     [pod] = _running(kube, namespace, "l4-3x")
     assert pod["spec"]["nodeName"] == four
+
+    # ... and the 4-GPU pool finds three GPUs here and one there: stranded.
+    bigger = _values(tmp_path, "four", **{"l4-4x": _pool(4)})
+    docs = render(kube, "bare", namespace, bigger)
+    [dep] = of_kind(docs, "Deployment")
+    dep["spec"]["template"]["spec"]["affinity"].pop("nodeAffinity")
+    kube.create(dep, namespace=namespace)
+    [pending] = kube.wait_unschedulable(namespace, 1, f"{POOL}=l4-4x")
+    assert f"0/2 nodes are available: 2 Insufficient {GPU_RESOURCE}" in (
+        unschedulable_message(pending) or ""
+    )
 
 
 def test_3_and_4_gpu_pools_both_run_on_a_3_and_a_4_gpu_node_in_every_install(
@@ -171,6 +192,89 @@ def test_node_gpu_counts_place_each_pool_on_nodes_of_those_counts_only(
     assert "2 node(s) didn't match Pod's node affinity/selector" in why  # l4x3 and l4x8
     assert f"1 Insufficient {GPU_RESOURCE}" in why  # l4x4: one GPU left
     assert kube.get("node", three)["metadata"]["labels"][GPU_COUNT_LABEL] == "3"
+
+
+# -- packing with a scheduler profile -----------------------------------------------------
+
+
+def _docs_scheduler_config() -> dict[str, Any]:
+    """The KubeSchedulerConfiguration docs/scheduling.md shows, as written there."""
+    text = (REPO / "docs" / "scheduling.md").read_text(encoding="utf-8")
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)]
+    [config] = [b for b in blocks if b.get("kind") == "KubeSchedulerConfiguration"]
+    return config
+
+
+@pytest.fixture(scope="module")
+def packing_scheduler(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A second kube-scheduler running only the docs' profile; yields its schedulerName."""
+    config = _docs_scheduler_config()
+    [profile] = config["profiles"]
+    config["clientConnection"] = {"kubeconfig": str(control_plane.kubeconfig)}
+    config["leaderElection"] = {"leaderElect": False}
+    workdir = tmp_path_factory.mktemp("gpu-packing")
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    port = free_port()
+    log = workdir / "kube-scheduler.log"
+    argv = [
+        str(control_plane.paths.bin("kube-scheduler")),
+        f"--config={workdir / 'config.yaml'}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={workdir / 'certs'}",
+    ]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not _healthy(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"the docs' scheduler profile did not start:\n{log.read_text()[-3000:]}"
+                )
+            time.sleep(0.2)
+        yield str(profile["schedulerName"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return ControlPlane._healthz(port)
+    except OSError:
+        return False
+
+
+def test_the_docs_packing_profile_fills_a_node_before_the_next(
+    kube: Kube, namespace: str, nodes: Nodes, tmp_path: Path, packing_scheduler: str
+) -> None:
+    nodes.add(NodeSpec.gpu("l4x4", 4, **_sized(4)), NodeSpec.gpu("l4x4", 4, **_sized(4)))
+    common = {"schedulerName": packing_scheduler}
+    # Replicas of the 2-GPU pool may share a node: the pool's own (empty) podAntiAffinity.
+    small = _pool(2, extra={"affinity": {"podAntiAffinity": {}}})
+    small["bundles"]["default"]["minReplicas"] = 2
+    release = release_name("pack")
+
+    install(kube, release, namespace, _values(tmp_path, "small", common, **{"l4-2x": small}))
+
+    pods = _running(kube, namespace, "l4-2x", 2)
+    assert {p["spec"]["schedulerName"] for p in pods} == {packing_scheduler}
+    [shared] = {p["spec"]["nodeName"] for p in pods}  # both on one node
+
+    both = _values(tmp_path, "both", common, **{"l4-2x": small, "l4-4x": _pool(4)})
+    upgrade(kube, release, namespace, both)
+    [large] = _running(kube, namespace, "l4-4x")
+    assert large["spec"]["nodeName"] != shared
 
 
 # -- DRA claims ---------------------------------------------------------------------------
