@@ -222,7 +222,8 @@ Usage: {{ $errors = concat $errors (include "sie-workers.schedulingProblems" . |
 {{- $key := include "sie-workers.gpuSettingKey" (dict "poolName" $poolName "pool" $pool "key" "nodeGpuCounts") -}}
 {{- range $i, $n := (include "sie-workers.nodeGpuCounts" (dict "root" $ "pool" $pool) | fromJsonArray) -}}
 {{- if lt (int $n) $count -}}
-{{- $errors = append $errors (printf "%s[%d]: %d is below workers.pools.%s.gpu.count (%d): a node with %d GPUs can never hold the pool's pods; list node GPU counts of at least %d, or set the pool's own gpu.nodeGpuCounts" $key $i (int $n) $poolName $count (int $n) $count) -}}
+{{- $fix := ternary (printf "; list node GPU counts of at least %d, or give the pool its own gpu.nodeGpuCounts" $count) (printf "; list node GPU counts of at least %d, or lower gpu.count" $count) (hasPrefix "workers.common." $key) -}}
+{{- $errors = append $errors (printf "%s[%d]: %d is below workers.pools.%s.gpu.count (%d): a node with %d GPUs can never hold the pool's pods%s" $key $i (int $n) $poolName $count (int $n) $fix) -}}
 {{- end -}}
 {{- end -}}
 {{- $dra := include "sie-workers.dra" (dict "root" $ "pool" $pool) | fromJson -}}
