@@ -99,14 +99,19 @@ sie-workers/machine-profile: {{ $pool.machineProfile | quote }}
 {{- end -}}
 
 {{/*
-Affinity of one pool x bundle's pods (YAML): the pool's own affinity, plus a preferred
-anti-affinity that spreads the workload's replicas over nodes unless the pool sets its own
-podAntiAffinity.
+Affinity of one pool x bundle's pods (YAML): the pool's own affinity, with the GPU node
+affinity of sie-workers.gpuNodeAffinity (_helpers-scheduling.tpl) merged into its
+nodeAffinity, plus a preferred anti-affinity that spreads the workload's replicas over nodes
+unless the pool sets its own podAntiAffinity.
 Usage: {{ include "sie-workers.affinity" (dict "root" $ "pool" $poolName "bundle" $bundleName) | nindent 8 }}
 */}}
 {{- define "sie-workers.affinity" -}}
 {{- $pool := index .root.Values.workers.pools .pool -}}
 {{- $affinity := deepCopy ($pool.affinity | default dict) -}}
+{{- $nodeAffinity := include "sie-workers.gpuNodeAffinity" (dict "root" .root "pool" $pool "affinity" $affinity.nodeAffinity) | fromYaml -}}
+{{- if $nodeAffinity -}}
+{{- $_ := set $affinity "nodeAffinity" $nodeAffinity -}}
+{{- end -}}
 {{- if not (hasKey $affinity "podAntiAffinity") -}}
 {{- $term := dict "labelSelector" (dict "matchLabels" (include "sie-workers.workloadSelectorLabels" . | fromYaml)) "topologyKey" "kubernetes.io/hostname" -}}
 {{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) -}}
@@ -288,12 +293,14 @@ Usage: {{ include "sie-workers.quantityValue" "32Gi" | float64 }}
 Resources of one worker container (YAML): the pool's own resources if it sets any, else
 workers.common.resources (per GPU) times the container's GPUs; ephemeral-storage from
 workers.common when the pool's own resources lack it; plus nvidia.com/gpu in requests and
-limits on GPU pools.
-Usage: {{ include "sie-workers.workerResources" (dict "root" $ "pool" $pool) | nindent 12 }}
+limits when the pod's GPUs come from limits (sie-workers.podGpus), and with "index" the
+container's DRA `claims` when they come from a claim. The rest is the same either way.
+Usage: {{ include "sie-workers.workerResources" (dict "root" $ "pool" $pool "index" $i) | nindent 12 }}
 */}}
 {{- define "sie-workers.workerResources" -}}
+{{- $gpus := include "sie-workers.podGpus" . | fromJson -}}
 {{- $width := include "sie-workers.slotWidth" .pool | int -}}
-{{- $gpu := not (include "sie-workers.isCpuPool" .pool) -}}
+{{- $gpu := eq $gpus.source "limits" -}}
 {{- $out := dict -}}
 {{- $poolResources := .pool.resources | default dict -}}
 {{- range $kind := list "requests" "limits" -}}
@@ -318,6 +325,9 @@ Usage: {{ include "sie-workers.workerResources" (dict "root" $ "pool" $pool) | n
 {{- if $section -}}
 {{- $_ := set $out $kind $section -}}
 {{- end -}}
+{{- end -}}
+{{- if and (eq $gpus.source "claims") (hasKey . "index") -}}
+{{- $_ := set $out "claims" (include "sie-workers.workerClaims" (dict "gpus" $gpus "index" .index) | fromYamlArray) -}}
 {{- end -}}
 {{- toYaml $out -}}
 {{- end -}}
@@ -648,6 +658,8 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- $errors = concat $errors (include "sie-workers.gatewayProblems" . | fromJsonArray) -}}
 {{- /* Model cache, prefetch and Hugging Face token (_helpers-weights.tpl). */ -}}
 {{- $errors = concat $errors (include "sie-workers.weightsProblems" . | fromJsonArray) -}}
+{{- /* Scheduler, node GPU counts and DRA claims (_helpers-scheduling.tpl). */ -}}
+{{- $errors = concat $errors (include "sie-workers.schedulingProblems" . | fromJsonArray) -}}
 
 {{- if $errors -}}
 {{- fail (printf "\n\nsie-workers: invalid values (%d problem%s):\n- %s\n" (len $errors) (ternary "" "s" (eq (len $errors) 1)) (join "\n- " $errors)) -}}

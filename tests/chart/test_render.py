@@ -145,8 +145,9 @@ def test_every_example_model_width_fits_a_pool_that_runs_sglang(example: Path) -
     for dep in of_kind(docs, "Deployment"):
         if dep["metadata"]["labels"].get("sie-workers/bundle", "default") == "default":
             continue
-        worker = _containers(dep)["worker-0"]
-        widest = max(widest, int(worker["resources"]["limits"].get("nvidia.com/gpu", 1)))
+        # The slot's width from SIE_DEVICES: the same whether GPUs come from limits or claims.
+        devices = _env(_containers(dep)["worker-0"])["SIE_DEVICES"] or ""
+        widest = max(widest, len(devices.split(",")))
     [configmap] = [
         c for c in of_kind(docs, "ConfigMap") if c["metadata"]["name"].endswith("-models")
     ]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cluster.controlplane import REPO, ControlPlane, ControlPlaneError
-from tests.cluster.kube import Kube, Nodes
+from tests.cluster.kube import Kube, Nodes, device_class_manifest
 
 _TOOLS_BIN = REPO / ".tools" / "bin"
 
@@ -66,3 +66,12 @@ def nodes(kube: Kube) -> Iterator[Nodes]:
     pool = Nodes(kube)
     yield pool
     pool.remove_all()
+
+
+@pytest.fixture(scope="session")
+def gpu_device_class(kube: Kube) -> Iterator[str]:
+    """NVIDIA's DRA DeviceClass (`gpu.nvidia.com`), as its driver's chart installs it."""
+    manifest = device_class_manifest()
+    kube.create(manifest)
+    yield str(manifest["metadata"]["name"])
+    kube.kubectl("delete", "deviceclass", manifest["metadata"]["name"], "--ignore-not-found")

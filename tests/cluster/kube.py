@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 from tests.cluster.controlplane import KWOK_NODE_ANNOTATION
 
 __all__ = [
+    "DRA_DRIVER",
+    "GPU_COUNT_LABEL",
     "GPU_PRODUCT_LABEL",
     "GPU_RESOURCE",
     "CommandFailed",
@@ -26,13 +28,18 @@ __all__ = [
     "NodeSpec",
     "Nodes",
     "container_gpus",
+    "device_class_manifest",
     "node_manifest",
     "pod_gpus",
+    "resource_slice_manifest",
     "unschedulable_message",
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+#: NVIDIA's DRA driver: its name, its DeviceClass's name and its attributes' domain.
+DRA_DRIVER = "gpu.nvidia.com"
 _WAIT_S = 60.0
 _POLL_S = 0.2
 
@@ -52,13 +59,20 @@ class CommandFailed(AssertionError):
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """A simulated node: GPU count and product, taints, extra labels."""
+    """A simulated node: GPU count and product, taints, extra labels, CPU and memory.
+
+    With ``pcie_roots`` its GPUs are published by a DRA driver (a ResourceSlice of one device
+    per entry, on that PCIe root) instead of the device plugin's ``nvidia.com/gpu`` capacity.
+    """
 
     name: str
     gpus: int = 0
     product: str | None = None
     taints: tuple[Mapping[str, str], ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    cpu: str = "256"
+    memory: str = "2Ti"
+    pcie_roots: tuple[str, ...] = ()
 
     @classmethod
     def gpu(cls, name: str, gpus: int, product: str = "NVIDIA-L4", **kw: Any) -> NodeSpec:
@@ -66,6 +80,13 @@ class NodeSpec:
         gpu_taint = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
         taints = (gpu_taint, *kw.pop("taints", ()))
         return cls(name, gpus, product, taints, **kw)
+
+    @classmethod
+    def dra_gpu(
+        cls, name: str, pcie_roots: Sequence[str], product: str = "NVIDIA-L4", **kw: Any
+    ) -> NodeSpec:
+        """A GPU node whose GPUs NVIDIA's DRA driver publishes, one per PCIe root listed."""
+        return cls.gpu(name, len(pcie_roots), product, pcie_roots=tuple(pcie_roots), **kw)
 
 
 def node_manifest(spec: NodeSpec) -> Obj:
@@ -77,10 +98,12 @@ def node_manifest(spec: NodeSpec) -> Obj:
         "type": "kwok",
         **spec.labels,
     }
-    capacity = {"cpu": "256", "memory": "2Ti", "pods": "110", "ephemeral-storage": "4Ti"}
+    capacity = {"cpu": spec.cpu, "memory": spec.memory, "pods": "110", "ephemeral-storage": "4Ti"}
     if spec.gpus:
-        capacity[GPU_RESOURCE] = str(spec.gpus)
-        labels["nvidia.com/gpu.count"] = str(spec.gpus)
+        # GPU feature discovery labels the count either way; a DRA node has no device plugin.
+        labels[GPU_COUNT_LABEL] = str(spec.gpus)
+        if not spec.pcie_roots:
+            capacity[GPU_RESOURCE] = str(spec.gpus)
     if spec.product:
         labels[GPU_PRODUCT_LABEL] = spec.product
     key, value = KWOK_NODE_ANNOTATION.split("=")
@@ -91,6 +114,57 @@ def node_manifest(spec: NodeSpec) -> Obj:
         "spec": {"taints": [dict(t) for t in spec.taints]},
         # The API server keeps status given on create; kwok keeps capacity as given.
         "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def device_class_manifest() -> Obj:
+    """The DeviceClass NVIDIA's DRA driver installs: its driver's devices of type gpu."""
+    expression = (
+        f"device.driver == '{DRA_DRIVER}' && device.attributes['{DRA_DRIVER}'].type == 'gpu'"
+    )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRA_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def resource_slice_manifest(spec: NodeSpec, node_uid: str) -> Obj:
+    """The ResourceSlice NVIDIA's DRA driver publishes for a node's GPUs, owned by the node
+    (as the kubelet plugin's is, so it goes with the node)."""
+    product = (spec.product or "NVIDIA-L4").replace("-", " ")  # GFD's label: spaces as dashes
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "uuid": {"string": f"GPU-{spec.name}-{i}"},
+                "productName": {"string": product},
+                "architecture": {"string": "Ada Lovelace"},
+                "cudaComputeCapability": {"version": "8.9.0"},
+                "resource.kubernetes.io/pciBusID": {"string": f"0000:{0x10 * (i + 1):02x}:00.0"},
+                "resource.kubernetes.io/pcieRoot": {"string": root},
+            },
+            "capacity": {"memory": {"value": "24Gi"}},
+        }
+        for i, root in enumerate(spec.pcie_roots)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": f"{spec.name}-{DRA_DRIVER}",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": spec.name, "uid": node_uid}
+            ],
+        },
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": spec.name,
+            "pool": {"name": spec.name, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
     }
 
 
@@ -263,6 +337,10 @@ class Kube:
             probe,
             state=lambda: self.kubectl("get", "nodes", "-o", "wide").stdout,
         )
+        dra = [s for s in specs if s.pcie_roots]
+        if dra:
+            uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in self.items("nodes")}
+            self.create(*(resource_slice_manifest(s, uids[s.name]) for s in dra))
 
     def delete_nodes(self, names: Iterable[str]) -> None:
         names = list(names)

@@ -21,6 +21,7 @@ import yaml
 
 from tests.cluster.controlplane import REPO
 from tests.cluster.kube import (
+    GPU_COUNT_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     Kube,
@@ -83,13 +84,46 @@ def replicas(deployment: dict[str, Any]) -> int:
     return int(deployment["spec"].get("replicas", 1))
 
 
-def nodes_for(deployments: Sequence[dict[str, Any]]) -> list[NodeSpec]:
+def claimed_gpus(pod: dict[str, Any], docs: Sequence[dict[str, Any]]) -> int:
+    """GPUs a pod claims through DRA: the devices of its ResourceClaimTemplates in ``docs``."""
+    templates = {t["metadata"]["name"]: t for t in of_kind(docs, "ResourceClaimTemplate")}
+    return sum(
+        int(request["exactly"]["count"])
+        for claim in pod.get("resourceClaims") or []
+        for request in templates[claim["resourceClaimTemplateName"]]["spec"]["spec"]["devices"][
+            "requests"
+        ]
+    )
+
+
+def _allowed_gpu_counts(pod: dict[str, Any]) -> list[int]:
+    """The node GPU counts a pod's required node affinity allows (empty: any)."""
+    required = (
+        (pod.get("affinity") or {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+    )
+    return sorted(
+        int(value)
+        for term in required.get("nodeSelectorTerms", [])
+        for rule in term.get("matchExpressions", [])
+        if rule["key"] == GPU_COUNT_LABEL
+        for value in rule["values"]
+    )
+
+
+def nodes_for(
+    deployments: Sequence[dict[str, Any]], docs: Sequence[dict[str, Any]] = ()
+) -> list[NodeSpec]:
     """Nodes for every pod of ``deployments``, in whatever order the scheduler places them.
 
     A node carries its pods' node selector as labels and a taint per toleration. Pods with
     the same selector and tolerations can land on each other's nodes, so they share a class:
     one node per pod, each with the GPUs of the class's largest pod. Some node of the class
-    is then always empty, and a small pod placed first never strands a large one.
+    is then always empty, and a small pod placed first never strands a large one. A pod
+    that requires node GPU counts gets the smallest allowed one that holds it; a pod that
+    claims its GPUs through DRA (templates from ``docs``) gets a node whose GPUs a DRA
+    driver publishes, all under one PCIe root.
     """
     classes: dict[str, tuple[NodeSpec, int]] = {}
     for dep in deployments:
@@ -101,12 +135,17 @@ def nodes_for(deployments: Sequence[dict[str, Any]]) -> list[NodeSpec]:
             for t in pod.get("tolerations") or []
             if t.get("key") and t.get("effect") in ("NoSchedule", "NoExecute")
         )
-        key = json.dumps([labels, product, taints], sort_keys=True)
+        claimed = claimed_gpus(pod, docs)
+        gpus = pod_gpus(pod) + claimed
+        gpus = min((n for n in _allowed_gpu_counts(pod) if n >= gpus), default=gpus)
+        key = json.dumps([labels, product, taints, bool(claimed)], sort_keys=True)
         name = dep["metadata"]["labels"].get(POOL, "gateway")  # the gateway has no pool
-        spec = NodeSpec(name, pod_gpus(pod), product, taints, labels)
+        roots = ("pci0000:00",) * gpus if claimed else ()
+        spec = NodeSpec(name, gpus, product, taints, labels, pcie_roots=roots)
         if key in classes:
             known, count = classes[key]
-            spec = replace(known, gpus=max(known.gpus, spec.gpus))
+            most = max(known.gpus, spec.gpus)
+            spec = replace(known, gpus=most, pcie_roots=known.pcie_roots and ("pci0000:00",) * most)
             classes[key] = (spec, count + replicas(dep))
         else:
             classes[key] = (spec, replicas(dep))
@@ -143,7 +182,7 @@ def monitoring_crds(kube: Kube) -> None:
 # -- tests --------------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("monitoring_crds")
+@pytest.mark.usefixtures("monitoring_crds", "gpu_device_class")
 @pytest.mark.parametrize("example", _EXAMPLE_FILES, ids=[f.stem for f in _EXAMPLE_FILES])
 def test_values_example_installs_and_every_pool_runs_on_its_gpu_nodes(
     kube: Kube, namespace: str, nodes: Nodes, example: Path
@@ -151,7 +190,7 @@ def test_values_example_installs_and_every_pool_runs_on_its_gpu_nodes(
     release = release_name("ex")
     docs = render(kube, release, namespace, example)
     deployments = of_kind(docs, "Deployment")
-    nodes.add(*nodes_for(deployments))
+    nodes.add(*nodes_for(deployments, docs))
 
     install(kube, release, namespace, example)
 
@@ -165,6 +204,13 @@ def test_values_example_installs_and_every_pool_runs_on_its_gpu_nodes(
         gpus_used[node] = gpus_used.get(node, 0) + pod_gpus(pod["spec"])
     for node, used in gpus_used.items():
         assert used <= int(by_node[node]["status"]["allocatable"].get(GPU_RESOURCE, 0))
+    # GPUs from DRA claims: each pod's claim is allocated, on the pod's own node.
+    for pod in pods:
+        for status in pod["status"].get("resourceClaimStatuses") or []:
+            claim = kube.get("resourceclaim", status["resourceClaimName"], "-n", namespace)
+            results = claim["status"]["allocation"]["devices"]["results"]
+            assert len(results) == claimed_gpus(pod["spec"], docs)
+            assert {r["pool"] for r in results} == {pod["spec"]["nodeName"]}
 
 
 def test_l4_4x_pod_waits_for_a_node_with_four_free_l4_gpus_and_the_gpu_taint(
