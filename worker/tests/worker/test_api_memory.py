@@ -60,8 +60,8 @@ def _consistent(worker: WorkerProcess) -> None:
     models = worker.models()
     for name, device in devices.items():
         holders = sorted(m for m, e in models.items() if name in e["devices"])
-        assert device["models"] == holders
-        assert device["model"] == (holders[0] if holders else None)
+        assert sorted(device["models"]) == holders
+        assert device["model"] == (device["models"][0] if holders else None)
         if device["memory_total_bytes"] is not None:
             reserved = sum(models[m]["memory_bytes"] for m in holders)
             assert device["memory_reserved_bytes"] == reserved

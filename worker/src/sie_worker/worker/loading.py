@@ -148,6 +148,7 @@ class Loader:
             table.release(table.records[victim], "make_room", drain=True)
         table.life.move(record, "loading", "placed", phase="starting")
         record.block, record.memory = tuple(placement.indices), need
+        record.placed_at = time.monotonic()
         table.refresh_gauges()
         return record.block
 

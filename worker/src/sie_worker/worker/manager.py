@@ -35,7 +35,7 @@ from sie_worker.worker.loading import Loader
 from sie_worker.worker.metrics import WorkerMetrics
 from sie_worker.worker.model_table import ModelTable
 from sie_worker.worker.pin_keeper import PinKeeper
-from sie_worker.worker.placement.claims import Placer
+from sie_worker.worker.placement.claims import Placer, estimated_need
 from sie_worker.worker.placement.memory import DeviceMemory
 from sie_worker.worker.records import (
     Lease,
@@ -126,15 +126,23 @@ class ModelManager:
         return record
 
     def model_entry(self, record: ModelRecord) -> dict[str, Any]:
-        return model_entry(record, self.devices)
+        return model_entry(record, self.devices, memory_bytes=self._estimate(record))
 
     def model_entries(self) -> list[dict[str, Any]]:
         """Every served model, each followed by its LoRA adapters (``parent``: the model)."""
         entries = []
         for record in self.records.values():
-            entry = model_entry(record, self.devices)
+            entry = self.model_entry(record)
             entries += [entry, *adapter_entries(record, entry)]
         return entries
+
+    def _estimate(self, record: ModelRecord) -> int | None:
+        """What the model would reserve (computed once per config: it may list files)."""
+        if record.need_estimate is None or record.need_estimate[0] is not record.served:
+            memory = self._table.placer.memory
+            need = estimated_need(record.served, self.settings, memory)
+            record.need_estimate = (record.served, need)
+        return record.need_estimate[1]
 
     def device_entries(self) -> list[dict[str, Any]]:
         return self._table.placer.device_entries(self.records.values())

@@ -49,6 +49,9 @@ class ModelRecord:
     state: ModelState = "unloaded"
     block: tuple[int, ...] = ()
     memory: int | None = None  # bytes reserved on each device of the block (None: unknown)
+    placed_at: float = 0.0  # monotonic: when the block was claimed (orders a device's models)
+    # What the model would reserve before it loads, for the config it was computed from.
+    need_estimate: tuple[ServedModel, int | None] | None = None
     pinned: bool = False
     error: str | None = None
     last_used: float = 0.0  # monotonic, for placement
@@ -122,9 +125,12 @@ def open_lease(
     return lease
 
 
-def model_entry(record: ModelRecord, devices: Sequence[str]) -> dict[str, Any]:
+def model_entry(
+    record: ModelRecord, devices: Sequence[str], *, memory_bytes: int | None = None
+) -> dict[str, Any]:
     """The record as ``/v1/models`` shows it; ``phase`` and the byte counts are set only
-    while the model loads (the bytes only when its weights are fetched)."""
+    while the model loads (the bytes only when its weights are fetched). ``memory_bytes``
+    is what it reserves on each device (while it holds devices), else what it would."""
     running = record.running
     loading = record.state == "loading"
     download = record.download if loading else None
@@ -135,7 +141,7 @@ def model_entry(record: ModelRecord, devices: Sequence[str]) -> dict[str, Any]:
         "state": record.state,
         "devices": [devices[i] for i in record.block],
         "width": running.options.width if running else declared_width(record.served),
-        "memory_bytes": record.memory,
+        "memory_bytes": record.memory if record.block else memory_bytes,
         "pinned": record.pinned,
         "error": record.error,
         "last_used": record.last_used_wall,

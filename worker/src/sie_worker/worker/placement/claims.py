@@ -8,21 +8,24 @@ and ``memory``), so the two views always agree.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sie_worker.config.adapters import resolve_adapter
-from sie_worker.config.loadtime import LoadOptions
+from sie_worker.config.adapters import NotServedHere, UnknownAdapter, resolve_adapter
+from sie_worker.config.loadtime import LoadOptions, adapter_of
+from sie_worker.config.model import ServedModel
+from sie_worker.config.model_shape import ModelPathError, local_model_dir
 from sie_worker.errors import PlacementFailed
-from sie_worker.sizing.memory_needs import memory_need
+from sie_worker.settings import Settings
+from sie_worker.sizing.memory_needs import EngineKind, memory_need
 from sie_worker.worker.metrics import WorkerMetrics
 from sie_worker.worker.placement.allocator import Claim, NoPlacement, Placement, Strategy, place
 from sie_worker.worker.placement.memory import DeviceMemory
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.weights.on_disk import weight_bytes
 
-__all__ = ["Placer", "need_of"]
+__all__ = ["Placer", "estimated_need", "need_of"]
 
 _BACKOFF_S = 0.5
 
@@ -30,23 +33,44 @@ _BACKOFF_S = 0.5
 def need_of(options: LoadOptions, memory: DeviceMemory, *, on_cpu: bool) -> int | None:
     """Bytes the model of ``options`` reserves on each of its devices (None: unknown).
 
-    Reads the local weights' sizes for the default engine: call it off the event loop. With
-    devices of different totals the largest one counts (a conservative need).
+    Reads the local weights' sizes for the default engine: call it off the event loop.
     """
-    totals = [t for t in memory.totals if t is not None]
-    total = max(totals) if totals else None
-    if total is None:
-        return None
+    folder = Path(options.model_path) if options.model_path is not None else None
     engine = resolve_adapter(options.adapter).engine
-    loadtime = options.declared
-    fraction = loadtime.get("mem_fraction_static")
-    memory_gib = options.extras.get("memory_gib")
+    return _need(engine, options.declared, folder, memory, on_cpu=on_cpu)
+
+
+def estimated_need(served: ServedModel, settings: Settings, memory: DeviceMemory) -> int | None:
+    """What a model not loaded yet would reserve, from its profile alone (its weights' sizes
+    when they are in a local ``model_path``); None where that is not known before a load."""
+    try:
+        engine = adapter_of(served, settings).engine
+        folder = local_model_dir(served.config)
+    except (UnknownAdapter, NotServedHere, ModelPathError):
+        return None
+    on_cpu = not settings.devices[0].startswith("cuda")
+    return _need(engine, served.profile.loadtime, folder, memory, on_cpu=on_cpu)
+
+
+def _need(
+    engine: EngineKind,
+    loadtime: Mapping[str, Any],
+    folder: Path | None,
+    memory: DeviceMemory,
+    *,
+    on_cpu: bool,
+) -> int | None:
+    # With devices of different totals the largest one counts (a conservative need).
+    totals = [t for t in memory.totals if t is not None]
+    if not totals:
+        return None
+    fraction, memory_gib = loadtime.get("mem_fraction_static"), loadtime.get("memory_gib")
     weights = None
-    if engine == "transformers" and memory_gib is None and options.model_path is not None:
-        weights = weight_bytes(Path(options.model_path))
+    if engine == "transformers" and memory_gib is None and folder is not None:
+        weights = weight_bytes(folder)
     return memory_need(
         engine,
-        total,
+        max(totals),
         on_cpu=on_cpu,
         mem_fraction=float(fraction) if isinstance(fraction, int | float) else None,
         memory_gib=float(memory_gib) if isinstance(memory_gib, int | float) else None,
@@ -101,15 +125,16 @@ class Placer:
         return sum(r.memory or 0 for r in records if r is not other_than and index in r.block)
 
     def device_entries(self, records: Iterable[ModelRecord]) -> list[dict[str, Any]]:
-        """``/v1/devices``: each device, the models on it (``model``: the first, as before
-        devices were shared), its total, budget and what the models there reserve."""
+        """``/v1/devices``: each device, the models on it in the order they were placed
+        (``model``: the first, as before devices were shared), its total, budget and what
+        the models there reserve."""
         on: list[list[ModelRecord]] = [[] for _ in self.devices]
         for record in records:
             for index in record.block:
                 on[index].append(record)
         entries = []
         for index, device in enumerate(self.devices):
-            holders = sorted(on[index], key=lambda r: r.id)
+            holders = sorted(on[index], key=lambda r: (r.placed_at, r.id))
             known = self.memory.totals[index] is not None
             entries.append(
                 {
