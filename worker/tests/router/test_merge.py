@@ -1,8 +1,9 @@
-"""Merging the slots' ``/v1/models``: one entry per model, the furthest-along slot's fields."""
+"""Merging the slots' ``/v1/models`` (one entry per model, the furthest-along slot's fields)
+and ``/v1/devices`` (every slot's devices as the worker reports them)."""
 
 from __future__ import annotations
 
-from sie_worker.router.merge import merge_models
+from sie_worker.router.merge import merge_devices, merge_models
 
 
 def _entry(state: str, **extra: object) -> dict[str, object]:
@@ -25,3 +26,17 @@ def test_the_ready_slot_wins_over_one_still_downloading() -> None:
     [merged] = merge_models(answers)
     assert (merged["slot"], merged["state"], merged["phase"]) == (1, "ready", None)
     assert merged["slots"][0]["phase"] == "downloading"
+
+
+def test_the_pod_view_of_devices_keeps_every_model_on_a_shared_device_and_its_memory() -> None:
+    shared = {
+        "device": "cuda:0",
+        "model": "org/a",
+        "models": ["org/a", "org/b"],
+        "memory_total_bytes": 80 * 2**30,
+        "memory_budget_bytes": 76 * 2**30,
+        "memory_reserved_bytes": 66 * 2**30,
+    }
+    empty = {"device": "cuda:0", "model": None, "models": [], "memory_total_bytes": None}
+    merged = merge_devices({0: {"devices": [shared]}, 1: {"devices": [empty]}})
+    assert merged == [{"slot": 0, **shared}, {"slot": 1, **empty}]

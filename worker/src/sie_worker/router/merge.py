@@ -25,6 +25,7 @@ _PER_SLOT_FIELDS = (
     "phase",
     "bytes_done",
     "bytes_total",
+    "memory_bytes",
 )
 
 

@@ -141,6 +141,12 @@ def spec() -> dict[str, Any]:
                             "minimum": 0,
                             "description": "While loading: bytes of the weights (when known)",
                         },
+                        "memory_bytes": {
+                            "type": ["integer", "null"],
+                            "minimum": 0,
+                            "description": "What it reserves on each of its devices (while "
+                            "it holds them, else what it would); null where unknown",
+                        },
                     },
                 },
                 "ModelList": {
@@ -180,10 +186,40 @@ def spec() -> dict[str, Any]:
                             "type": "array",
                             "items": {
                                 "type": "object",
-                                "required": ["device", "model"],
+                                "required": [
+                                    "device",
+                                    "model",
+                                    "models",
+                                    "memory_total_bytes",
+                                    "memory_reserved_bytes",
+                                ],
                                 "properties": {
                                     "device": {"type": "string"},
-                                    "model": {"type": ["string", "null"]},
+                                    "model": {
+                                        "type": ["string", "null"],
+                                        "description": "The first of models",
+                                    },
+                                    "models": {
+                                        "type": "array",
+                                        "items": {"type": "string"},
+                                        "description": "Every model on the device, in the "
+                                        "order they were placed",
+                                    },
+                                    "memory_total_bytes": {
+                                        "type": ["integer", "null"],
+                                        "minimum": 0,
+                                    },
+                                    "memory_budget_bytes": {
+                                        "type": ["integer", "null"],
+                                        "minimum": 0,
+                                        "description": "The total x "
+                                        "SIE_MEMORY_PRESSURE_THRESHOLD_PERCENT / 100",
+                                    },
+                                    "memory_reserved_bytes": {
+                                        "type": ["integer", "null"],
+                                        "minimum": 0,
+                                        "description": "What the models on it reserve",
+                                    },
                                 },
                             },
                         }
