@@ -202,8 +202,9 @@ def test_two_models_share_one_cpu_while_its_memory_allows(
     (cpu,) = worker.get("/v1/devices")["devices"]
     assert cpu["models"] == [MINILM, LLAMA]  # in the order they were placed
     # Each reserves its weight files x 1.2 + 1.5 GiB (the default engine on cpu).
-    assert cpu["memory_reserved_bytes"] == models[MINILM]["memory_bytes"] + (
-        models[LLAMA]["memory_bytes"]
+    assert (
+        cpu["memory_reserved_bytes"]
+        == models[MINILM]["memory_bytes"] + (models[LLAMA]["memory_bytes"])
     )
     assert cpu["memory_total_bytes"] > cpu["memory_reserved_bytes"]
 

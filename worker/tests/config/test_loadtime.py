@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sie_worker.config.loadtime import LoadOptions, declared_width, resolve_load_options
+from sie_worker.config.load_options import LoadOptions, declared_width
+from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import ServedModel, served_model
 from sie_worker.config.reader import parse_config
 from sie_worker.errors import InvalidConfig

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from sie_worker.config.loadtime import LoadOptions, resolve_load_options
+from sie_worker.config.load_options import LoadOptions
+from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import served_model
 from sie_worker.config.reader import parse_config
 from sie_worker.config.sglang_checks import mamba_strategy

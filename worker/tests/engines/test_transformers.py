@@ -606,3 +606,12 @@ def test_engine_shuts_down_on_sigterm_during_a_stream(tiny_llama_dir: Path, tmp_
         # uvicorn shuts down gracefully, then re-raises the signal it caught
         assert engine.process.wait(timeout=60) == -signal.SIGTERM
     assert "Finished server process" in engine.log.read_text()
+
+
+def test_the_cuda_memory_fraction_is_a_share_above_0_and_at_most_1() -> None:
+    base = ["--model-path", "m", "--port", "30001", "--task", "encode"]
+    assert parse_options(base).cuda_memory_fraction is None
+    assert parse_options([*base, "--cuda-memory-fraction", "0.25"]).cuda_memory_fraction == 0.25
+    for bad in ("0", "1.5", "half"):
+        with pytest.raises(SystemExit):
+            parse_options([*base, "--cuda-memory-fraction", bad])

@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Any, cast
 
-from sie_worker.config.loadtime import LoadOptions
+from sie_worker.config.load_options import LoadOptions
 from sie_worker.config.model import served_model
 from sie_worker.config.reader import parse_config
 from sie_worker.worker.launcher.process import EngineProcess

@@ -29,7 +29,8 @@ from typing import Any
 
 from sie_worker.commands.validate import settings_for
 from sie_worker.config.adapters import serving_bundles
-from sie_worker.config.loadtime import adapter_of, resolve_load_options
+from sie_worker.config.load_options import adapter_of
+from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import DEFAULT_PROFILE, served_model
 from sie_worker.config.reader import load_config_file
 from sie_worker.errors import InvalidConfig, Problem

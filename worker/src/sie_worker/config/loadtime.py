@@ -19,7 +19,6 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -28,11 +27,10 @@ from sie_server.adapters.base import Adapter
 from sie_worker.config.adapters import (
     NotServedHere,
     UnknownAdapter,
-    default_adapter_path,
-    resolve_adapter,
 )
 from sie_worker.config.engine_options import transformers_problems
 from sie_worker.config.jsonpath import json_path
+from sie_worker.config.load_options import LoadOptions, adapter_of, context_length
 from sie_worker.config.lora import LoraAdapter, load_adapters, max_loras
 from sie_worker.config.model import JsonPath, ServedModel
 from sie_worker.config.model_shape import (
@@ -53,10 +51,6 @@ __all__ = [
     "CU130_BUNDLE",
     "DEFAULT_STARTUP_TIMEOUT_S",
     "EMBEDDING_READ_TIMEOUT_S",
-    "LoadOptions",
-    "adapter_of",
-    "context_length",
-    "declared_width",
     "resolve_load_options",
 ]
 
@@ -77,65 +71,6 @@ _COMMON = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class LoadOptions:
-    width: int
-    request_read_timeout_s: float | None
-    startup_timeout_s: float
-    watchdog_timeout_s: float | None
-    disable_piecewise_cuda_graph: bool
-    nccl_port: int | None  # declared; None -> worker picks from 30400-30499
-    extras: Mapping[str, Any]  # adapter-specific accepted options (chat_template, threads, ...)
-    disable_cuda_graph: bool = False  # loadtime option, or --disable-cuda-graph in extra args
-    adapter: str = ""  # the resolved adapter_path (bundle default applied)
-    task: str | None = None  # "generate", "encode" or "score"
-    declared: Mapping[str, Any] = field(default_factory=dict)  # the loadtime block as written
-    model_path: str | None = None  # model_path resolved to a local directory; None: use hf_id
-    sglang_version: str | None = None  # the SGLang release the argv is built for
-    context_length: int | None = None  # --context-length (None: the model's config.json)
-    warnings: tuple[str, ...] = ()  # accepted options this worker does not apply
-    # LoRA adapters (lora_paths), local sources resolved to absolute folders; hub ones stay
-    # repo ids until the worker fetches them (then their snapshot folders).
-    loras: tuple[LoraAdapter, ...] = ()
-    max_loras_per_batch: int | None = None  # with loras: declared, else SIE's default
-
-
-def adapter_of(served: ServedModel, settings: Settings) -> type[Adapter]:
-    """The profile's adapter, or the bundle's default one. Raises :class:`UnknownAdapter` or
-    :class:`NotServedHere`."""
-    path = served.profile.adapter_path or default_adapter_path(
-        settings.has_sglang_bundle, served.config.tasks
-    )
-    return resolve_adapter(path)
-
-
-def declared_width(served: ServedModel) -> int:
-    """The width the profile declares (1 when absent or invalid); no load-time checks."""
-    value = served.profile.loadtime.get("tensor_parallel_size", 1)
-    return value if width_problem(value) is None else 1
-
-
-def context_length(served: ServedModel, adapter: type[Adapter]) -> int | None:
-    """The engine's context length: ``loadtime.max_seq_length`` (``max_length`` for SIE's
-    CrossEncoderAdapter), else the top-level ``max_sequence_length``, else (generation)
-    ``tasks.generate.context_length``, else None (the engine reads the model's config.json).
-    SIE passes the literal ``None`` in the last case, which SGLang refuses."""
-    loadtime, config = served.profile.loadtime, served.config
-    for key in ("max_seq_length", "max_length"):
-        value = loadtime.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and key in _accepted(adapter):
-            return value
-    generates = adapter.task(config.tasks) == "generate"
-    # The earlier spelling, tasks.encode.max_sequence_length, only ever bounded embeddings.
-    earlier = config.path_of("max_sequence_length") == ("tasks", "encode", "max_sequence_length")
-    if config.max_sequence_length is not None and not (generates and earlier):
-        return config.max_sequence_length
-    if generates:
-        value = config.generate.get("context_length")
-        return value if isinstance(value, int) else None
-    return None
-
-
 def resolve_load_options(
     served: ServedModel, settings: Settings, *, env: Mapping[str, str] | None = None
 ) -> LoadOptions:
@@ -145,10 +80,6 @@ def resolve_load_options(
     (default: the process environment). Raises :class:`InvalidConfig` naming every problem.
     """
     return _Resolver(served, settings, os.environ if env is None else env).resolve()
-
-
-def _accepted(adapter: type[Adapter]) -> tuple[str, ...]:
-    return adapter.loadtime_options
 
 
 class _Resolver:

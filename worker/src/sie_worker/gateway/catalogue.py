@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sie_worker.config.adapters import UnknownAdapter, default_adapter_path, resolve_adapter
-from sie_worker.config.loadtime import declared_width
+from sie_worker.config.load_options import declared_width
 from sie_worker.config.lora_choice import split_model
 from sie_worker.config.model import ServedModel, served_models
 from sie_worker.config.reader import load_config_dir

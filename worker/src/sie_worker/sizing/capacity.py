@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sie_worker.config.loadtime import declared_width
+from sie_worker.config.load_options import declared_width
 from sie_worker.config.model import ServedModel
 from sie_worker.config.model_shape import ModelPathError, find_config_json
 from sie_worker.config.sglang_options import option_tables, resolve

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sie_worker.config.adapters import UnknownAdapter
-from sie_worker.config.loadtime import adapter_of
+from sie_worker.config.load_options import adapter_of
 from sie_worker.config.lora_choice import (
     ADAPTER_FIELD,
     adapter_label,

@@ -372,3 +372,41 @@ def test_sie_s_cu130_adapters_turn_prefill_graphs_off_at_every_width_on_any_bund
     assert argv[-1] == "--disable-prefill-cuda-graph"
     plain = argv_of(served({"adapter_path": GENERATION}), Settings(devices=EIGHT, bundle="default"))
     assert "--disable-prefill-cuda-graph" not in plain
+
+
+def _planned(model: ServedModel, share: float | None, settings: Settings) -> list[str]:
+    options = resolve_load_options(model, settings, env={})
+    plan = plan_launch(
+        model,
+        options,
+        settings.devices[:1],
+        port=30007,
+        nccl_port=30407,
+        settings=settings,
+        sglang_version="0.5.23",
+        share=share,
+    )
+    return list(plan.argv)
+
+
+def _flag(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_the_engines_share_replaces_the_declared_mem_fraction_static() -> None:
+    settings = Settings(devices=EIGHT, bundle="sglang")
+    model = served(example_profile(tensor_parallel_size=1, mem_fraction_static=0.4))
+    assert _flag(_planned(model, None, settings), "--mem-fraction-static") == "0.4"
+    argv = _planned(model, 0.68, settings)
+    assert _flag(argv, "--mem-fraction-static") == "0.68"
+    assert argv.count("--mem-fraction-static") == 1
+    undeclared = served(example_profile(tensor_parallel_size=1))
+    assert _flag(_planned(undeclared, None, settings), "--mem-fraction-static") is None
+    assert _flag(_planned(undeclared, 0.85, settings), "--mem-fraction-static") == "0.85"
+
+
+def test_the_default_engine_gets_its_share_as_its_cuda_memory_cap() -> None:
+    settings = Settings(devices=("cuda:0",), bundle="default")
+    model = served({"adapter_path": TRANSFORMERS}, tasks={"encode": {}})
+    assert "--cuda-memory-fraction" not in _planned(model, None, settings)
+    assert _flag(_planned(model, 0.162, settings), "--cuda-memory-fraction") == "0.162"

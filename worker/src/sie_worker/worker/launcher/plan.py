@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from sie_worker.config.adapters import resolve_adapter
-from sie_worker.config.loadtime import LoadOptions
+from sie_worker.config.load_options import LoadOptions
 from sie_worker.config.lora import sglang_lora_args
 from sie_worker.config.model import ServedModel
 from sie_worker.config.sglang_flags import SGLANG_OPTIONS, speculative_args

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from sie_worker.config.loadtime import LoadOptions
+from sie_worker.config.load_options import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import LoadFailed
 from sie_worker.settings import Settings

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sie_worker.config.adapters import NotServedHere, UnknownAdapter, resolve_adapter
-from sie_worker.config.loadtime import LoadOptions, adapter_of
+from sie_worker.config.load_options import LoadOptions, adapter_of
 from sie_worker.config.model import ServedModel
 from sie_worker.config.model_shape import ModelPathError, local_model_dir
 from sie_worker.errors import PlacementFailed
@@ -25,7 +25,7 @@ from sie_worker.worker.placement.memory import DeviceMemory
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.weights.on_disk import weight_bytes
 
-__all__ = ["Placer", "estimated_need", "need_of"]
+__all__ = ["Placer", "claims_of", "estimated_need", "need_of"]
 
 _BACKOFF_S = 0.5
 
@@ -108,7 +108,9 @@ class Placer:
                 retry_after_s=1,
             )
         try:
-            return place(self._budgets, claims(records), width, need=need, strategy=self.strategy)
+            return place(
+                self._budgets, claims_of(records), width, need=need, strategy=self.strategy
+            )
         except NoPlacement as exc:
             self._backoff[key] = now + _BACKOFF_S
             self._metrics.placement_failures.inc()
@@ -151,7 +153,7 @@ class Placer:
         return entries
 
 
-def claims(records: Iterable[ModelRecord]) -> list[Claim]:
+def claims_of(records: Iterable[ModelRecord]) -> list[Claim]:
     """The allocator's view of every record holding devices."""
     return [
         Claim(
