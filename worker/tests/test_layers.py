@@ -94,3 +94,19 @@ def test_the_import_check_sees_imports() -> None:
 def test_the_one_module_the_engine_shares_imports_nothing_of_the_package() -> None:
     # The engine runs alone: what it shares with the worker must not pull the worker in.
     assert _imports(PACKAGE / "sie_api" / "texts.py") == set()
+
+
+# Pure cores: what they may import of the package (nothing that does I/O).
+PURE = {
+    "worker/placement/allocator.py": set(),
+    "sizing/memory_needs.py": set(),
+    "sizing/packing.py": {"sie_worker.sizing.memory_needs"},
+    "worker/lifecycle.py": {"sie_worker.model_states", "sie_worker.worker.records"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PURE))
+def test_pure_cores_import_only_pure_modules(name: str) -> None:
+    assert _imports(PACKAGE / name) <= PURE[name], (
+        f"sie_worker/{name} imports {_imports(PACKAGE / name)}"
+    )
