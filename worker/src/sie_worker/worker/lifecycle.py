@@ -23,13 +23,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from sie_worker.model_states import ModelState
-from sie_worker.worker.records import LoadPhase, ModelRecord
+from sie_worker.worker.records import LoadPhase, ModelRecord, Move
 
-__all__ = ["ALLOWED", "IllegalTransition", "Lifecycle", "Move"]
+__all__ = ["ALLOWED", "IllegalTransition", "Lifecycle"]
 
 _log = logging.getLogger("sie_worker.manager")
 
@@ -45,16 +44,6 @@ ALLOWED: Mapping[ModelState, frozenset[ModelState]] = MappingProxyType(
 
 class IllegalTransition(RuntimeError):
     """A step the lifecycle does not have (a bug in the caller)."""
-
-
-@dataclass(frozen=True)
-class Move:
-    """One step of a record's lifecycle, as :attr:`ModelRecord.last_move` keeps it."""
-
-    before: ModelState
-    after: ModelState
-    reason: str
-    at: float  # monotonic
 
 
 class Lifecycle:

@@ -170,11 +170,17 @@ class Loader:
                     client=self._client,
                     share=share,
                 )
-                async with table.lock:  # registered before its ports' bookings end
-                    record.running = running
-                    table.life.move(record, "ready", "engine ready")
-                    record.last_used = time.monotonic()
-                    record.pinned_backoff_s = 1.0
+                try:
+                    async with table.lock:  # registered before its ports' bookings end
+                        record.running = running
+                        table.life.move(record, "ready", "engine ready")
+                        record.last_used = time.monotonic()
+                        record.pinned_backoff_s = 1.0
+                except BaseException:
+                    # Cancelled before it was registered: nobody else would ever stop it.
+                    if record.running is not running:
+                        await asyncio.shield(running.engine.stop(settings.engine_stop_grace_s))
+                    raise
         return running
 
     def _share(

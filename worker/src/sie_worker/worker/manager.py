@@ -202,11 +202,11 @@ class ModelManager:
         record.pinned = False
         await self._stop_loading(record)
         table = self._table
+        stop: asyncio.Task[None] | None = None
         async with table.lock:
             if record.running is not None:
-                stop: asyncio.Task[None] | None = table.release(record, "requested", drain=True)
-            else:
-                stop = None
+                stop = table.release(record, "requested", drain=True)
+            elif record.load_task is None:  # else a request loads it again: that one wins
                 table.life.move(record, "unloaded", "requested")
         if stop is not None:
             await stop

@@ -27,12 +27,11 @@ from sie_worker.worker.weights.progress import Progress
 if TYPE_CHECKING:
     import asyncio
 
-    from sie_worker.worker.lifecycle import Move
-
 __all__ = [
     "Lease",
     "LoadPhase",
     "ModelRecord",
+    "Move",
     "adapter_entries",
     "model_entry",
     "open_lease",
@@ -41,6 +40,17 @@ __all__ = [
 # Where a loading model is: fetching its weights (no devices claimed yet), or starting its
 # engine on its claimed block.
 LoadPhase = Literal["downloading", "starting"]
+
+
+@dataclass(frozen=True)
+class Move:
+    """One step of a record's lifecycle (:mod:`sie_worker.worker.lifecycle`), kept as the
+    record's :attr:`ModelRecord.last_move`."""
+
+    before: ModelState
+    after: ModelState
+    reason: str
+    at: float  # monotonic
 
 
 @dataclass
