@@ -60,7 +60,7 @@ async def test_loads_starting_together_get_distinct_engine_and_rendezvous_ports(
     env["FAKE_ENGINE_MAX_LIFETIME_S"] = "300"
     async with httpx.AsyncClient(trust_env=False) as client:
         memory = device_memory(settings, env)
-        metrics = WorkerMetrics(settings.devices, memory.totals)
+        metrics = WorkerMetrics(settings.devices, memory.totals, memory.budgets())
         manager = ModelManager(settings, client, metrics, configs, base_env=env, memory=memory)
         try:
             entries = await asyncio.gather(*(manager.load(m) for m in _MODELS))

@@ -295,6 +295,7 @@ def test_device_memory_metrics_follow_the_reservations(start_worker: StartWorker
     _load(worker, "org/a")
     _load(worker, "org/b")
     assert _gauge(worker, "sie_device_memory_total_bytes", "cuda:0") == 80 * GIB
+    assert _gauge(worker, "sie_device_memory_budget_bytes", "cuda:0") == int(80 * GIB * 0.95)
     assert _gauge(worker, "sie_device_memory_reserved_bytes", "cuda:0") == 2 * NEED_04
     with worker.client() as client:
         assert client.post("/v1/models/org/a/unload").status_code == 200

@@ -50,7 +50,7 @@ def create_app(
     configs = dict(configs or {})
     environ = os.environ if base_env is None else base_env
     memory = device_memory(settings, environ)
-    metrics = WorkerMetrics(settings.devices, memory.totals)
+    metrics = WorkerMetrics(settings.devices, memory.totals, memory.budgets())
     store = ConfigStore(settings.config_dir, settings.config_api)
     store.remember(configs)
     owns_client = client is None

@@ -36,7 +36,10 @@ class DownloadTrack:
 
 class WorkerMetrics:
     def __init__(
-        self, devices: Sequence[str], memory_totals: Sequence[int | None] | None = None
+        self,
+        devices: Sequence[str],
+        memory_totals: Sequence[int | None] | None = None,
+        memory_budgets: Sequence[int | None] | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -50,15 +53,26 @@ class WorkerMetrics:
             ["device"],
             registry=r,
         )
+        self.memory_budget = Gauge(
+            "sie_device_memory_budget_bytes",
+            "What models may reserve on each device: its total x "
+            "SIE_MEMORY_PRESSURE_THRESHOLD_PERCENT / 100; absent where unknown.",
+            ["device"],
+            registry=r,
+        )
         self.memory_reserved = Gauge(
             "sie_device_memory_reserved_bytes",
             "Memory the models placed on each device reserve (their needs).",
             ["device"],
             registry=r,
         )
-        for name, total in zip(devices, memory_totals or [None] * len(devices), strict=True):
+        totals = memory_totals or [None] * len(devices)
+        budgets = memory_budgets or [None] * len(devices)
+        for name, total, budget in zip(devices, totals, budgets, strict=True):
             if total is not None:
                 self.memory_total.labels(device=name).set(total)
+            if budget is not None:
+                self.memory_budget.labels(device=name).set(budget)
             self.memory_reserved.labels(device=name).set(0)
         self.devices_claimed = Gauge(
             "sie_devices_claimed",
