@@ -39,7 +39,8 @@ def plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
 
 def test_seed_example_on_four_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     result = plan(capsys, str(SEED), "--devices", FOUR)
-    assert list(result) == ["model", "width", "devices", "argv", "env"]
+    assert list(result) == ["model", "width", "devices", "argv", "env", "memory_bytes"]
+    assert result["memory_bytes"] is None  # no NVML here, no budget: memory unknown
     assert result["model"] == "my-org/my-large-model"
     assert result["width"] == 4
     assert result["devices"] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
@@ -50,6 +51,32 @@ def test_seed_example_on_four_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     assert int(argv[argv.index("--port") + 1]) in ENGINE_PORTS
     assert int(argv[argv.index("--nccl-port") + 1]) in RENDEZVOUS_PORTS
     assert argv[-1] == "--disable-prefill-cuda-graph"
+
+
+def test_with_a_memory_budget_the_plan_shows_the_need_and_the_engines_share(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIE_FAKE_MEMORY_BUDGET", "80GiB")
+    result = plan(capsys, str(SEED), "--devices", FOUR)
+    # Undeclared mem_fraction_static: SIE's 0.85 of 80 GiB, plus 1 GiB, on each device.
+    assert result["memory_bytes"] == int(0.85 * 80 * 2**30) + 2**30
+    argv = result["argv"]
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.85"
+
+
+def test_the_default_engine_plans_its_weights_need_and_its_cuda_cap(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIE_FAKE_MEMORY_BUDGET", "24GiB")
+    minilm = EXAMPLES / "all-minilm-l6-v2.yaml"
+    on_cpu = plan(capsys, str(minilm), "--devices", "cpu")
+    on_gpu = plan(capsys, str(minilm), "--devices", "cuda:0")
+    # Its weights x 1.2 + 1 GiB, and 0.5 GiB more on cpu.
+    assert on_cpu["memory_bytes"] - on_gpu["memory_bytes"] == 2**29
+    assert 2**30 < on_gpu["memory_bytes"] < 2**30 + 200 * 2**20
+    assert "--cuda-memory-fraction" not in on_cpu["argv"]
+    cap = float(on_gpu["argv"][on_gpu["argv"].index("--cuda-memory-fraction") + 1])
+    assert cap == int(on_gpu["memory_bytes"] / (24 * 2**30) * 1000) / 1000
 
 
 def test_model_goes_on_the_first_block(capsys: pytest.CaptureFixture[str]) -> None:
