@@ -52,7 +52,8 @@ def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
     commands = {
         "stream": [*stream, "--quick"] if quick else stream,
         "placement": [*python, "tests.bench.bench_placement"]
-        + (["--steps", "3000"] if quick else []),
+        + (["--steps", "3000"] if quick else [])
+        + ([] if record else ["--no-record"]),
         "load": [*python, "tests.bench.bench_load"] + (["--rounds", "4"] if quick else []),
         "footprint": [*python, "tests.bench.bench_footprint"]
         + (["--requests", "300", "--streams", "30"] if quick else []),
