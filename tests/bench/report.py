@@ -279,6 +279,22 @@ def _other_targets(data: Mapping[str, Any | None]) -> list[Target]:
                 note=f"base alone {base:.1f} requests/s on the same worker; see 'Multi-LoRA'",
             )
         )
+    sharing = data.get("sharing")
+    if sharing:  # tests/bench/bench_sharing.py
+        loads, fewest = sharing["target"]["loads_at_4"], sharing["fewest_gpus"]
+        out.append(
+            Target(
+                "Sharing: a simulated day of 20 small models needs fewer loads and GPUs than "
+                "exclusive claims",
+                f"4 GPUs: {loads['spread']:,} vs {loads['exclusive']:,} loads (spread vs "
+                f"exclusive); ≤ {sharing['max_loads']} loads on {fewest['spread'] or '-'} vs "
+                f"{fewest['exclusive'] or '-'} GPUs",
+                "fewer",
+                loads["spread"] / loads["exclusive"] if loads["exclusive"] else None,
+                sharing["target"]["met"],
+                note="see 'Sharing GPUs: a simulated day'",
+            )
+        )
     return out
 
 
@@ -866,7 +882,17 @@ def plot(stream: Mapping[str, Any], path: Path) -> None:
 def render(existing: str) -> str:
     data = {
         name: _load(name)
-        for name in ("run", "stream", "placement", "load", "footprint", "chart", "fetch", "lora")
+        for name in (
+            "run",
+            "stream",
+            "placement",
+            "load",
+            "footprint",
+            "chart",
+            "fetch",
+            "lora",
+            "sharing",
+        )
     }
     targets = _stream_targets(data["stream"]) + _other_targets(data)
     any_result = next((v for v in data.values() if v), None)

@@ -41,6 +41,7 @@ _NAMES = (
     "router",
     "gateway",
     "lora",
+    "sharing",
 )
 
 
@@ -62,6 +63,9 @@ def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
         + (["--size-mib", "512", "--rounds", "1"] if quick else []),
         "sie_encode": [*python, "tests.bench.bench_sie_encode"]
         + (["--rounds", "2", "--seconds", "1"] if quick else [])
+        + ([] if record else ["--no-record"]),
+        "sharing": [*python, "tests.bench.bench_sharing"]
+        + (["--requests", "20000"] if quick else [])
         + ([] if record else ["--no-record"]),
         "lora": [*python, "tests.bench.bench_lora"]
         + (["--rounds", "1", "--seconds", "2"] if quick else [])
