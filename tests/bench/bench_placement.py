@@ -36,6 +36,7 @@ unless ``--no-record``.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -226,8 +227,8 @@ def section(placement: Mapping[str, Any] | None, command: str | None = None) -> 
         "in every mode: "
         f"worst {target['value_us']:.1f} µs ({target.get('worst_mode', 'exclusive')}), "
         f"{'met' if target['met'] else 'not met'}. A decision's cost grows with the claims "
-        "it reads: with memory, width-1 models share devices, so more are loaded at once "
-        "(the small catalogue: some 170). `place()` rebuilds its per-device index from the "
+        "it reads: with memory, width-1 models share devices, so more are loaded at once"
+        f"{_stress(placement['runs'])}. `place()` rebuilds its per-device index from the "
         "claim list on every call (one pass, most of the time there) and, when nothing "
         "fits, sorts each open device's residents by last use; keeping that index between "
         "decisions in the manager would make a decision independent of the claim count. At "
@@ -236,8 +237,28 @@ def section(placement: Mapping[str, Any] | None, command: str | None = None) -> 
         "",
     ]
     if command:
-        lines += [f"Command: `{command}`.", ""]
+        lines += [f"Command: `{command}`{_when(placement)}.", ""]
     return "\n".join(lines)
+
+
+def _stress(runs: Sequence[Mapping[str, Any]]) -> str:
+    """The small catalogue's figures at 8 devices, as a clause (empty where it did not run)."""
+    small = [r for r in runs if r.get("catalogue") == "small" and r["devices"] == 8]
+    if not small:
+        return ""
+    loaded = max(r["models_loaded_mean"] for r in small)
+    worst = max(r["us"]["p99"] for r in small)
+    return f" (the small catalogue: {loaded:.0f} on 8 devices, p99 up to {worst:.1f} µs)"
+
+
+def _when(result: Mapping[str, Any]) -> str:
+    """When and on how busy a machine the figures were taken, where the result says."""
+    if "started" not in result:
+        return ""
+    return (
+        f", {result['started']}, 1-minute load average {result['loadavg']:.1f} at the end on "
+        f"{result['cpus']} CPUs (shared: figures are noisy)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-record", action="store_true", help="print, do not write the doc")
     args = parser.parse_args(argv)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     cases: list[tuple[int, Mode, Catalogue]] = [
         *((8, mode, "mixed") for mode in MODES),
         (8, "spread", "small"),
@@ -266,6 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join([".venv/bin/python -m tests.bench.bench_placement", *given])
     result = {
         "command": command,
+        "started": started,
+        "loadavg": os.getloadavg()[0],
+        "cpus": len(os.sched_getaffinity(0)),
         "runs": runs,
         "target": {
             "name": "place() p99 at 8 devices (filtered), worst mode",

@@ -150,8 +150,8 @@ def _row(result: DayResult) -> dict[str, Any]:
         "deferred_loads": result.deferred_loads,
         "budget_bytes": result.budget_bytes,
         "peak_models_per_gpu": max(result.peak_models),
-        "peak_reserved_share": (
-            max(result.peak_reserved_bytes) / result.budget_bytes if result.budget_bytes else None
+        "peak_shared_share": (
+            max(result.peak_shared_bytes) / result.budget_bytes if result.budget_bytes else None
         ),
     }
 
@@ -176,11 +176,11 @@ def section(result: Mapping[str, Any], command: str) -> str:
         "their reservations fit 95% of it.",
         "",
         "| approach | GPUs | loads | requests that waited | wait mean / p99 / max s | "
-        "wait total h | most models on a GPU | peak reserved / budget |",
+        "wait total h | most models on a GPU | most reserved on a shared GPU / budget |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        share = r["peak_reserved_share"]
+        share = r["peak_shared_share"]
         lines.append(
             f"| {r['approach']} | {r['gpus']} | {r['loads']:,} | {r['waited']:,} "
             f"({r['waited_share']:.2%}) | {r['wait_mean_s']:.0f} / {r['wait_p99_s']:.0f} / "
@@ -220,7 +220,8 @@ def section(result: Mapping[str, Any], command: str) -> str:
             f"{m['weights_bytes'] / 1e9:.1f} | {m['kv_bytes'] / 1e9:.1f} | {m['fraction']:.2f} | "
             f"{m['need_bytes'] / GIB:.1f} | {m['load_s']:.0f} | {m['share']:.1%} |"
         )
-    lines += ["", f"Command: `{command}` ({result['cpu_s']:.1f} s of CPU).", ""]
+    when = f", {result['started']}" if "started" in result else ""
+    lines += ["", f"Command: `{command}`{when} ({result['cpu_s']:.1f} s of CPU).", ""]
     return "\n".join(lines)
 
 
@@ -288,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         and (fewest["exclusive"] is None or fewest["spread"] < fewest["exclusive"])
     )
     result = {
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "requests": len(trace),
         "seed": args.seed,
         "zipf": args.zipf,

@@ -62,6 +62,7 @@ class DayResult:
     deferred_loads: int  # loads that found no room at once (all room held by loading models)
     budget_bytes: int | None  # each device's budget (None: memory unknown)
     peak_reserved_bytes: tuple[int, ...]  # per device, the most its models reserved at once
+    peak_shared_bytes: tuple[int, ...]  # the same, counted only while it held two or more
     peak_models: tuple[int, ...]  # per device, the most models it held at once
 
     @property
@@ -108,6 +109,7 @@ def simulate(
     waits: list[float] = []
     deferrals = 0
     peak_reserved = [0] * gpus
+    peak_shared = [0] * gpus
     peak_models = [0] * gpus
 
     def start_load(name: str, now: float) -> bool:
@@ -127,7 +129,10 @@ def simulate(
         heapq.heappush(ready_heap, (ready_at, name))
         loads[name] = loads.get(name, 0) + 1
         here = [e for e in loaded.values() if e.device == device]
-        peak_reserved[device] = max(peak_reserved[device], sum(e.memory or 0 for e in here))
+        reserved = sum(e.memory or 0 for e in here)
+        peak_reserved[device] = max(peak_reserved[device], reserved)
+        if len(here) > 1:
+            peak_shared[device] = max(peak_shared[device], reserved)
         peak_models[device] = max(peak_models[device], len(here))
         return True
 
@@ -168,5 +173,6 @@ def simulate(
         deferred_loads=deferrals,
         budget_bytes=budgets[0] if isinstance(budgets, tuple) else None,
         peak_reserved_bytes=tuple(peak_reserved),
+        peak_shared_bytes=tuple(peak_shared),
         peak_models=tuple(peak_models),
     )
