@@ -44,7 +44,7 @@ from tests.bench._bench import ROOT, percentile, write_result
 from tests.bench.report import record_section
 from tests.bench.sharing_sim import APPROACHES, DayResult, Request, SimModel, simulate
 
-__all__ = ["SECTION", "day_trace", "main", "small_models"]
+__all__ = ["SECTION", "Sized", "day_trace", "fewest_gpus", "main", "section", "small_models"]
 
 SECTION = "## Sharing GPUs: a simulated day"
 DAY_S = 86400.0

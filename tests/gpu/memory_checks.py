@@ -27,7 +27,7 @@ from typing import Any
 from sie_worker.sizing.memory_needs import cuda_cap, memory_need
 from sie_worker.worker.weights.on_disk import weight_bytes
 
-__all__ = ["GIB", "memory_checks"]
+__all__ = ["GIB", "gpu_apps", "memory_checks", "smi"]
 
 GIB = 2**30
 MIB = 2**20
