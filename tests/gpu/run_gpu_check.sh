@@ -4,7 +4,8 @@
 # Usage, from anywhere:  tests/gpu/run_gpu_check.sh [--allow-cpu] [--keep]
 # Needs python3 (or $PYTHON) with torch (CUDA build) and transformers; no SGLang, no network.
 # The worker's own small dependencies (starlette, uvicorn, httpx, jsonschema, PyYAML,
-# prometheus-client) are imported from that Python, else installed offline from .whl/ in
+# prometheus-client, msgpack, psutil, nvidia-ml-py: NVML, for the device memory the worker
+# places by) are imported from that Python, else installed offline from .whl/ in
 # the repo (fill it on a machine with network: tests/gpu/run_gpu_check.sh --download-wheels,
 # then carry .whl to the GPU machine).
 set -euo pipefail
@@ -14,7 +15,7 @@ if [[ -n "${PYTHON:-}" ]]; then py="$PYTHON"
 elif [[ -x .venv/bin/python ]]; then py=.venv/bin/python
 else py=python3
 fi
-deps=(starlette uvicorn httpx jsonschema pyyaml prometheus-client anyio)
+deps=(starlette uvicorn httpx jsonschema pyyaml prometheus-client anyio msgpack psutil nvidia-ml-py)
 
 if [[ "${1:-}" == "--download-wheels" ]]; then
   # Versions from the lock where it pins them; wheels for the GPU machine's Python (3.12).
@@ -31,7 +32,7 @@ missing=$("$py" - <<'PY'
 import importlib.util
 names = {"starlette": "starlette", "uvicorn": "uvicorn", "httpx": "httpx",
          "jsonschema": "jsonschema", "yaml": "pyyaml", "prometheus_client": "prometheus-client",
-         "anyio": "anyio"}
+         "anyio": "anyio", "msgpack": "msgpack", "psutil": "psutil", "pynvml": "nvidia-ml-py"}
 print(" ".join(dist for mod, dist in names.items() if importlib.util.find_spec(mod) is None))
 PY
 )

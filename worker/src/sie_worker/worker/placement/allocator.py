@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Literal, get_args
 
 __all__ = ["STRATEGIES", "Claim", "NoPlacement", "Placement", "Strategy", "place"]
@@ -138,55 +139,70 @@ def place(
 
 
 class _Devices:
-    """The claims by device, checked."""
+    """The claims by device, checked, with what each device's residents reserve."""
 
     def __init__(self, budgets: tuple[int | None, ...], claims: Sequence[Claim]) -> None:
-        self.count = len(budgets)
+        count = self.count = len(budgets)
         self.budgets = budgets
-        self.group: list[Claim | None] = [None] * self.count
-        self.residents: list[list[Claim]] = [[] for _ in budgets]
-        self.claims = list(claims)
+        self.claims = claims
+        # Per device: the group holding it, its width-1 residents, the bytes those of known
+        # need reserve and how many have none. Built in one pass over the claims: this runs
+        # on every decision, so it keeps to local names.
+        group: list[Claim | None] = [None] * count
+        residents: list[list[Claim]] = [[] for _ in budgets]
+        used, unknown = [0] * count, [0] * count
         for claim in claims:
-            if claim.width < 1 or claim.start < 0 or claim.stop > self.count:
-                raise ValueError(f"claim of {claim.model} is outside {self.count} device(s)")
-            for index in range(claim.start, claim.stop):
-                if self.group[index] is not None or (claim.width > 1 and self.residents[index]):
-                    raise ValueError(f"device {index} is claimed twice")
-                if claim.width > 1:
-                    self.group[index] = claim
+            start, width = claim.start, claim.width
+            if width == 1 and 0 <= start < count:
+                if group[start] is not None:
+                    raise ValueError(f"device {start} is claimed twice")
+                residents[start].append(claim)
+                if claim.memory is None:
+                    unknown[start] += 1
                 else:
-                    self.residents[index].append(claim)
-        for index, residents in enumerate(self.residents):
-            residents.sort(key=_lru)
-            if len(residents) > 1 and not self._shares(index):
+                    used[start] += claim.memory
+                continue
+            if width < 1 or start < 0 or start + width > count:
+                raise ValueError(f"claim of {claim.model} is outside {count} device(s)")
+            for index in range(start, start + width):
+                if group[index] is not None or residents[index]:
+                    raise ValueError(f"device {index} is claimed twice")
+                group[index] = claim
+        for index, here in enumerate(residents):
+            if len(here) > 1 and (budgets[index] is None or unknown[index]):
                 raise ValueError(f"device {index} is claimed twice")
+        self.group, self.residents, self.used, self.unknown = group, residents, used, unknown
 
-    def _shares(self, index: int) -> bool:
-        """Whether the device's residents have known needs on a device of known budget."""
-        return self.budgets[index] is not None and all(
-            r.memory is not None for r in self.residents[index]
+    def fits(self, index: int, need: int | None) -> bool:
+        """Whether a model needing ``need`` fits on the device beside its residents."""
+        return _fits(
+            self.budgets[index],
+            need,
+            len(self.residents[index]),
+            self.unknown[index],
+            self.used[index],
         )
-
-    def fits(self, index: int, need: int | None, residents: Sequence[Claim]) -> bool:
-        """Whether a model needing ``need`` fits on the device beside ``residents``."""
-        if not residents:
-            return True
-        budget = self.budgets[index]
-        if budget is None or need is None or any(r.memory is None for r in residents):
-            return False
-        return sum(r.memory or 0 for r in residents) + need <= budget
 
     def left_after(self, index: int, need: int | None) -> float:
         """Budget left on the device once a model needing ``need`` is placed (pack's key)."""
         budget = self.budgets[index]
         if budget is None or need is None:
             return float("inf")
-        return budget - sum(r.memory or 0 for r in self.residents[index]) - need
+        return budget - self.used[index] - need
+
+
+def _fits(budget: int | None, need: int | None, staying: int, unknown: int, used: int) -> bool:
+    """Whether a model needing ``need`` fits on a device of ``budget`` beside ``staying``
+    residents, ``unknown`` of them of unknown need and the others reserving ``used``: an
+    empty device always fits; otherwise every figure must be known and add up."""
+    if not staying:
+        return True
+    return budget is not None and need is not None and not unknown and used + need <= budget
 
 
 def _place_one(devices: _Devices, need: int | None, strategy: Strategy) -> Placement:
     open_devices = [i for i in range(devices.count) if devices.group[i] is None]
-    fitting = [i for i in open_devices if devices.fits(i, need, devices.residents[i])]
+    fitting = [i for i in open_devices if devices.fits(i, need)]
     if fitting:
         if strategy == "pack":
             return Placement(min(fitting, key=lambda i: (devices.left_after(i, need), i)), 1)
@@ -197,7 +213,8 @@ def _place_one(devices: _Devices, need: int | None, strategy: Strategy) -> Place
         evict = _evictions(devices, index, need)
         if evict is None:
             continue
-        key = (len(evict), max(c.last_used for c in evict), index)
+        # Evictions go least recently used first: the last one is the most recently used.
+        key = (len(evict), evict[-1].last_used, index)
         if best is None or key < best:
             best, best_evict = key, tuple(c.model for c in evict)
     if best is not None:
@@ -212,14 +229,20 @@ def _place_one(devices: _Devices, need: int | None, strategy: Strategy) -> Place
 def _evictions(devices: _Devices, index: int, need: int | None) -> list[Claim] | None:
     """Least recently used first, the movable residents to evict until the model fits;
     None when the device's pinned or loading models leave it no room."""
-    staying = list(devices.residents[index])
+    residents = devices.residents[index]
+    budget = devices.budgets[index]
+    staying, unknown, used = len(residents), devices.unknown[index], devices.used[index]
     evicted: list[Claim] = []
-    for claim in devices.residents[index]:  # least recently used first
+    for claim in sorted(residents, key=_lru):  # sorted only here: most loads need no eviction
         if not claim.movable:
             continue
-        staying.remove(claim)
         evicted.append(claim)
-        if devices.fits(index, need, staying):
+        staying -= 1
+        if claim.memory is None:
+            unknown -= 1
+        else:
+            used -= claim.memory
+        if _fits(budget, need, staying, unknown, used):
             return evicted
     return None
 
@@ -245,9 +268,9 @@ def _place_group(devices: _Devices, width: int) -> Placement:
     return Placement(best[2], width, tuple(c.model for c in best_holders))
 
 
-def _lru(claim: Claim) -> tuple[float, str]:
-    """Least recently used first; ties by name, so that no choice depends on input order."""
-    return (claim.last_used, claim.model)
+# Sort key: least recently used first; ties by name, so that no choice depends on input
+# order. attrgetter, not a lambda: it runs in C, and sorting residents is a hot path.
+_lru = attrgetter("last_used", "model")
 
 
 def _span(claim: Claim, names: Sequence[str]) -> str:
