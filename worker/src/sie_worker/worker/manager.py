@@ -42,10 +42,17 @@ from sie_worker.errors import (
 )
 from sie_worker.model_states import MODEL_STATES
 from sie_worker.settings import Settings
+from sie_worker.worker.launcher.plan import exports_metrics
 from sie_worker.worker.launcher.process import start_group_guard
 from sie_worker.worker.launcher.start import PortBook, start_engine
 from sie_worker.worker.launcher.stops import EngineStops, consume_exception
-from sie_worker.worker.metrics import LOAD_PHASES, WorkerMetrics
+from sie_worker.worker.metrics import (
+    LOAD_OUTCOMES,
+    LOAD_PHASES,
+    EvictionReason,
+    LoadOutcome,
+    WorkerMetrics,
+)
 from sie_worker.worker.pin_keeper import PinKeeper
 from sie_worker.worker.placement.allocator import Claim, NoPlacement, Placement, place
 from sie_worker.worker.records import (
@@ -131,6 +138,15 @@ class ModelManager:
         return all(r.state == "ready" for r in self.records.values() if r.pinned)
 
     # --- queries ------------------------------------------------------------------------
+
+    def metric_sources(self) -> list[tuple[str, str]]:
+        """``(model id, base URL)`` of every ready engine that exports its own metrics
+        (SGLang's, started with ``--enable-metrics``), for the worker's /metrics."""
+        return [
+            (r.id, r.running.engine.base_url)
+            for r in self.records.values()
+            if r.state == "ready" and r.running is not None and exports_metrics(r.running.options)
+        ]
 
     def record(self, model_id: str) -> ModelRecord:
         record = self.records.get(model_id)
@@ -286,7 +302,7 @@ class ModelManager:
 
     async def _load(self, record: ModelRecord) -> None:
         started = time.monotonic()
-        outcome = "failed"
+        outcome: LoadOutcome = "failed"
         # The config this load uses throughout; a config written meanwhile stays pending.
         served, record.config_pending = record.served, False
         try:
@@ -336,7 +352,7 @@ class ModelManager:
             raise
         finally:
             record.load_task = None
-            self.metrics.loads.labels(outcome=outcome).inc()
+            self.metrics.count_load(outcome)
 
     async def _fetch_weights(
         self, record: ModelRecord, served: ServedModel, options: LoadOptions
@@ -406,7 +422,7 @@ class ModelManager:
     def _release(
         self,
         record: ModelRecord,
-        reason: str,
+        reason: EvictionReason,
         *,
         drain: bool,
         failure: str | None = None,
@@ -425,7 +441,7 @@ class ModelManager:
         elif record.state in ("ready", "loading"):
             record.state = "unloaded"
         self._placement_backoff.clear()
-        self.metrics.evictions.labels(reason=reason).inc()
+        self.metrics.count_eviction(reason)
         self._refresh_gauges()
         return self._stops.stop(record.id, running, block, drain=drain)
 
@@ -476,11 +492,12 @@ async def _join_load(model_id: str, task: asyncio.Task[None]) -> None:
         raise
 
 
-def _outcome(exc: BaseException) -> str:
+def _outcome(exc: BaseException) -> LoadOutcome:
+    """The load's outcome label: one of :data:`LOAD_OUTCOMES`, ``failed`` for any other."""
     if isinstance(exc, (asyncio.CancelledError, DownloadCancelled)):
         return "cancelled"
     if isinstance(exc, InvalidConfig):
         return "invalid_config"
     if isinstance(exc, SieError):
-        return exc.code
+        return next((o for o in LOAD_OUTCOMES if o == exc.code), "failed")
     return "failed"

@@ -1,4 +1,13 @@
-"""The worker's Prometheus metrics, on a registry of its own (one per app, so tests stay apart)."""
+"""The worker's Prometheus metrics, on a registry of its own (one per app, so tests stay apart).
+
+Every labelled counter and histogram that an alert reads exists from the start, at zero, for
+each value of its label (the tables below are the only lists of those values): ``increase()``
+over a series that appears with its first event would miss that event.
+
+Streams are timed where the worker relays them: :class:`StreamTimer` observes the time to
+the first relayed write (``sie_time_to_first_token_seconds``) and between writes
+(``sie_inter_token_latency_seconds``), one observation per write.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +16,50 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Literal, Protocol, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sie_worker.model_states import MODEL_STATES
 
-__all__ = ["LOAD_PHASES", "DownloadTrack", "WorkerMetrics"]
+__all__ = [
+    "DOWNLOAD_OUTCOMES",
+    "EVICTION_REASONS",
+    "LOAD_OUTCOMES",
+    "LOAD_PHASES",
+    "DownloadOutcome",
+    "DownloadTrack",
+    "EvictionReason",
+    "LoadOutcome",
+    "StreamTimer",
+    "WorkerMetrics",
+]
 
 LOAD_PHASES = ("downloading", "starting")
+# How a load ended (sie_model_loads_total{outcome}): ready, or the code of the error it
+# failed with; an error whose code is not listed counts as ``failed``.
+LoadOutcome = Literal[
+    "ready",
+    "failed",
+    "cancelled",
+    "invalid_config",
+    "placement_failed",
+    "load_failed",
+    "startup_timeout",
+    "engine_unavailable",
+]
+LOAD_OUTCOMES: Final[tuple[LoadOutcome, ...]] = get_args(LoadOutcome)
+# Why a model was stopped (sie_model_evictions_total{reason}).
+EvictionReason = Literal["make_room", "requested", "engine_exit", "config_removed", "shutdown"]
+EVICTION_REASONS: Final[tuple[EvictionReason, ...]] = get_args(EvictionReason)
+# How a weight fetch ended (sie_model_downloads_total{outcome}).
+DownloadOutcome = Literal["downloaded", "cached", "failed", "cancelled"]
+DOWNLOAD_OUTCOMES: Final[tuple[DownloadOutcome, ...]] = get_args(DownloadOutcome)
 _LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
+# Time to first token: from the request's arrival at the worker to its first relayed event.
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Between two relayed writes of a stream (a write carries every event that had arrived).
+_ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
 class _Progress(Protocol):
@@ -31,7 +74,31 @@ class DownloadTrack:
     """How one model's weight fetch ended: ``downloaded`` or ``cached`` once set; a fetch
     that raised counts as ``failed`` (``cancelled`` when it was cancelled)."""
 
-    outcome: str = "failed"
+    outcome: DownloadOutcome = "failed"
+
+
+class _Observer(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class StreamTimer:
+    """Times one relayed stream: call :meth:`chunk` with ``time.monotonic()`` at each write
+    to the client. The first write observes the time to first token since ``started`` (the
+    request's arrival), each later one the gap since the previous write."""
+
+    __slots__ = ("_itl", "_last", "_ttft")
+
+    def __init__(self, ttft: _Observer, itl: _Observer, started: float) -> None:
+        self._ttft: _Observer | None = ttft
+        self._itl, self._last = itl, started
+
+    def chunk(self, now: float) -> None:
+        if self._ttft is not None:
+            self._ttft.observe(now - self._last)
+            self._ttft = None
+        else:
+            self._itl.observe(now - self._last)
+        self._last = now
 
 
 class WorkerMetrics:
@@ -73,13 +140,22 @@ class WorkerMetrics:
             ["outcome"],
             registry=r,
         )
+        for outcome in DOWNLOAD_OUTCOMES:
+            self.downloads.labels(outcome=outcome)
         self.download_duration = Histogram(
             "sie_model_download_duration_seconds",
             "Time to fetch a model's weights (cached ones included).",
             buckets=_LOAD_BUCKETS,
             registry=r,
         )
-        self.loads = Counter("sie_model_loads", "Model loads by outcome.", ["outcome"], registry=r)
+        self.loads = Counter(
+            "sie_model_loads",
+            "Model loads by outcome: ready, or the code of the error the load failed with.",
+            ["outcome"],
+            registry=r,
+        )
+        for load_outcome in LOAD_OUTCOMES:
+            self.loads.labels(outcome=load_outcome)
         self.evictions = Counter(
             "sie_model_evictions",
             "Models stopped by reason: make_room (evicted for another load), requested "
@@ -87,6 +163,8 @@ class WorkerMetrics:
             ["reason"],
             registry=r,
         )
+        for reason in EVICTION_REASONS:
+            self.evictions.labels(reason=reason)
         self.load_duration = Histogram(
             "sie_model_load_duration_seconds",
             "Time from a load starting to the engine being ready (weight download included).",
@@ -106,6 +184,24 @@ class WorkerMetrics:
             ["model", "code", "adapter"],
             registry=r,
         )
+        self.ttft = Histogram(
+            "sie_time_to_first_token_seconds",
+            "Streams: time from the request's arrival to its first relayed event, by model.",
+            ["model"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "sie_inter_token_latency_seconds",
+            "Streams: time between two relayed writes of events, by model.",
+            ["model"],
+            buckets=_ITL_BUCKETS,
+            registry=r,
+        )
+
+    def stream_timer(self, model: str, started: float) -> StreamTimer:
+        """A timer for one stream of ``model`` that arrived at ``started`` (monotonic)."""
+        return StreamTimer(self.ttft.labels(model=model), self.itl.labels(model=model), started)
 
     def observe_request(
         self, model: str, status: str, seconds: float, *, adapter: str = "none"
@@ -132,6 +228,12 @@ class WorkerMetrics:
             for gauge in (self.download_bytes, self.download_size):
                 with contextlib.suppress(KeyError):
                     gauge.remove(model)
+
+    def count_load(self, outcome: LoadOutcome) -> None:
+        self.loads.labels(outcome=outcome).inc()
+
+    def count_eviction(self, reason: EvictionReason) -> None:
+        self.evictions.labels(reason=reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
