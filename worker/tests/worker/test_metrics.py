@@ -82,3 +82,15 @@ def test_stream_timers_feed_the_per_model_histograms() -> None:
     assert samples[("sie_time_to_first_token_seconds_count", model)] == 1.0
     assert samples[("sie_time_to_first_token_seconds_sum", model)] == 0.2
     assert samples[("sie_inter_token_latency_seconds_count", model)] == 1.0
+
+
+def test_each_models_state_is_one_for_its_state_and_a_removed_model_leaves() -> None:
+    metrics = WorkerMetrics(1)
+    metrics.set_model_states({"org/a": "loading", "org/b": "ready"})
+    metrics.set_model_states({"org/a": "ready"})
+
+    samples = _samples(metrics)
+    state = {k[1]: v for k, v in samples.items() if k[0] == "sie_model_state"}
+    assert state[(("model", "org/a"), ("state", "ready"))] == 1.0
+    assert state[(("model", "org/a"), ("state", "loading"))] == 0.0
+    assert not any(("model", "org/b") in labels for labels in state)

@@ -468,6 +468,7 @@ class ModelManager:
             counts[record.state] += 1
         for state, count in counts.items():
             self.metrics.models.labels(state=state).set(count)
+        self.metrics.set_model_states({r.id: r.state for r in self.records.values()})
         phases = dict.fromkeys(LOAD_PHASES, 0)
         for record in self.records.values():
             if record.state == "loading" and record.phase is not None:

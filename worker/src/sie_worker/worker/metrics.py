@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args
 
@@ -113,6 +113,13 @@ class WorkerMetrics:
         self.models = Gauge("sie_models", "Served models by state.", ["state"], registry=r)
         for state in MODEL_STATES:
             self.models.labels(state=state).set(0)
+        self.model_state = Gauge(
+            "sie_model_state",
+            "1 for the state each served model is in, 0 for the others.",
+            ["model", "state"],
+            registry=r,
+        )
+        self._model_states: dict[str, str] = {}
         self.loading = Gauge(
             "sie_models_loading",
             "Loading models by phase: downloading (weights) or starting (engine).",
@@ -228,6 +235,18 @@ class WorkerMetrics:
             for gauge in (self.download_bytes, self.download_size):
                 with contextlib.suppress(KeyError):
                     gauge.remove(model)
+
+    def set_model_states(self, states: Mapping[str, str]) -> None:
+        """Each served model's state (``sie_model_state``); models no longer served go."""
+        for model in self._model_states.keys() - states.keys():
+            for state in MODEL_STATES:
+                with contextlib.suppress(KeyError):
+                    self.model_state.remove(model, state)
+        for model, current in states.items():
+            if self._model_states.get(model) != current:
+                for state in MODEL_STATES:
+                    self.model_state.labels(model=model, state=state).set(state == current)
+        self._model_states = dict(states)
 
     def count_load(self, outcome: LoadOutcome) -> None:
         self.loads.labels(outcome=outcome).inc()
