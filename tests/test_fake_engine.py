@@ -724,3 +724,14 @@ def test_metrics_count_running_and_waiting_requests_and_kv_cache_use(
     assert after["sglang:num_requests_total"][1] == 3.0
     assert after["sglang:generation_tokens_total"][1] == 18.0
     assert after["sglang:num_queue_reqs"][1] == 0.0
+
+
+def test_an_engine_with_a_ready_file_turns_ready_once_the_file_exists(
+    fake_engine_factory: FakeEngineFactory, tmp_path: Path
+) -> None:
+    flag = tmp_path / "ready"
+    engine = fake_engine_factory(env={"FAKE_ENGINE_READY_FILE": str(flag)}, wait="listening")
+    assert httpx.get(f"{engine.url}/health").status_code == 503
+    flag.touch()
+    engine.wait_ready(10)
+    assert httpx.get(f"{engine.url}/health").status_code == 200

@@ -55,6 +55,8 @@ Startup behaviour, from the environment (tests put these in a profile's ``extra_
 ``FAKE_ENGINE_START_DELAY_S``        become ready N seconds after listening (503 until then)
 ``FAKE_ENGINE_LISTEN_LATE=1``        do not even listen until the start delay has passed
 ``FAKE_ENGINE_NEVER_READY=1``        listen, but /health stays 503 forever
+``FAKE_ENGINE_READY_FILE=PATH``      after the start delay, stay not ready until PATH exists
+                                     (a test decides when a load finishes)
 ``FAKE_ENGINE_EXIT_AT_START=CODE``   log a crash to stderr and exit CODE (after the start delay)
 ``FAKE_ENGINE_CRASH_AFTER_S``        once ready, crash (exit ``FAKE_ENGINE_CRASH_CODE``, 1)
 ``FAKE_ENGINE_STDERR_LINES=N``       N extra log lines on stderr at startup (chatty engine)
@@ -214,6 +216,7 @@ class Knobs:
     max_lifetime_s: float | None = None
     max_running: int | None = None
     kv_tokens: int = 65536
+    ready_file: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Knobs:
@@ -245,6 +248,7 @@ class Knobs:
             max_lifetime_s=_env_float(env, "FAKE_ENGINE_MAX_LIFETIME_S"),
             max_running=_env_int(env, "FAKE_ENGINE_MAX_RUNNING"),
             kv_tokens=_env_int(env, "FAKE_ENGINE_KV_TOKENS") or 65536,
+            ready_file=env.get("FAKE_ENGINE_READY_FILE") or None,
         )
 
 
@@ -1253,6 +1257,9 @@ async def _serve(args: EngineArgs, knobs: Knobs, argv: Sequence[str]) -> int:
         if knobs.start_delay_s:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), knobs.start_delay_s)
+        while knobs.ready_file and not _file_exists(knobs.ready_file) and not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.05)
         if not stop.is_set():
             if knobs.exit_at_start is not None:
                 engine.crash(
@@ -1283,6 +1290,11 @@ async def _serve(args: EngineArgs, knobs: Knobs, argv: Sequence[str]) -> int:
             sock.close()
     engine.stop_children(signal.SIGTERM)
     return 0
+
+
+def _file_exists(path: str) -> bool:
+    # One stat per 50 ms while a test holds the load: not worth a thread.
+    return os.path.exists(path)
 
 
 def _split_fake_options(argv: Sequence[str]) -> tuple[str | None, list[str]]:
