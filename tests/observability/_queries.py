@@ -7,23 +7,19 @@ variables; :func:`grafana_expr` substitutes them as Grafana would: the dashboard
 constants (``$namespace``, ``$release``, as the chart set them), "All" (``.*``) for the
 multi-value ones and a range for ``$__rate_interval``.
 
-:func:`tool` finds ``prometheus`` / ``promtool`` (``.tools/bin``, built by
-scripts/setup-tools, else PATH); a missing one skips the test, or fails it with ``CI=true``.
+:func:`tool` (from tests/support/prometheus) finds ``prometheus`` / ``promtool``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
-from tests.chart._render import REPO, of_kind
+from tests.chart._render import of_kind
+from tests.support.prometheus import tool
 
 __all__ = ["Query", "grafana_expr", "rendered_queries", "rules_file", "tool"]
 
@@ -45,18 +41,6 @@ class Query:
         if self.kind != "panel":
             return self.expr
         return grafana_expr(self.expr, self.constants or {}, rate_interval)
-
-
-def tool(name: str) -> str:
-    """The path of a Prometheus tool; skips (fails with ``CI=true``) when it is missing."""
-    pinned = REPO / ".tools" / "bin" / name
-    found = str(pinned) if pinned.exists() else shutil.which(name)
-    if found is None:
-        reason = f"{name} is not installed (scripts/setup-tools builds it into .tools/bin)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason}; CI=true requires it", pytrace=False)
-        pytest.skip(reason)
-    return found
 
 
 def grafana_expr(expr: str, constants: Mapping[str, str], rate_interval: str) -> str:
