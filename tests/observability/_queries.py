@@ -66,7 +66,7 @@ def rendered_queries(docs: Sequence[Mapping[str, Any]]) -> list[Query]:
                 queries.append(Query("alert", item["alert"], item["expr"]))
     for config in of_kind(docs, "ConfigMap"):
         for file, text in (config.get("data") or {}).items():
-            if not file.endswith(".json") or "dashboard" not in config["metadata"]["name"]:
+            if not file.endswith(".json") or not config["metadata"]["name"].endswith("-dashboard"):
                 continue
             board = json.loads(text)
             constants = {
