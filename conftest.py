@@ -8,6 +8,7 @@ pytest_plugins = [
     "tests.support.worker_fixtures",  # a real `sie-worker serve` subprocess
     "tests.support.gateway_fixtures",  # pods (router + workers) and gateways as processes
     "tests.support.sie_sdk",  # SIE's client sie-sdk in .venv-sdk
+    "tests.support.prometheus",  # a real Prometheus (tests/observability)
 ]
 
 # No per-example deadline: it is a timed assertion, and CI machines are noisy. Speed is

@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.engine_fixtures import (
     FAKE_ENGINE_SCRIPT,
@@ -532,7 +534,7 @@ def test_token_delay_spaces_the_stream_events(fake_engine_factory: FakeEngineFac
 
 
 def test_delay_s_holds_back_the_headers(engine: FakeEngine, client: httpx.Client) -> None:
-    slow = {"prompt": "a", "fake": {"delay_s": 5}}
+    slow = {"prompt": "a", "fake": {"delay_s": 2}}
     with pytest.raises(httpx.ReadTimeout):
         client.post("/v1/completions", json=slow, timeout=httpx.Timeout(10, read=0.3))
 
@@ -661,3 +663,75 @@ def test_commands_run_the_fake_engine_script(
 ) -> None:
     assert fake_engine_command.endswith(str(FAKE_ENGINE_SCRIPT))
     assert fake_engine_minimal_command == f"{fake_engine_command} --fake-parser=minimal"
+
+
+def _sglang_series(url: str) -> dict[str, tuple[dict[str, str], float]]:
+    text = httpx.get(f"{url}/metrics").text
+    return {
+        s.name: (s.labels, s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_are_served_only_with_enable_metrics_as_sglang_does(
+    fake_engine_factory: FakeEngineFactory,
+) -> None:
+    assert httpx.get(f"{fake_engine_factory().url}/metrics").status_code == 404
+
+    engine = fake_engine_factory("--enable-metrics")
+    series = _sglang_series(engine.url)
+
+    labels, value = series["sglang:num_queue_reqs"]
+    assert labels == {
+        "model_name": labels["model_name"],
+        "engine_type": "unified",
+        "tp_rank": "0",
+        "pp_rank": "0",
+        "moe_ep_rank": "0",
+    }
+    assert value == 0.0
+    for name in ("sglang:num_running_reqs", "sglang:token_usage", "sglang:gen_throughput"):
+        assert series[name][1] == 0.0
+    assert series["sglang:num_requests_total"][1] == 0.0
+
+
+def test_metrics_count_running_and_waiting_requests_and_kv_cache_use(
+    fake_engine_factory: FakeEngineFactory,
+) -> None:
+    engine = fake_engine_factory(
+        "--enable-metrics", env={"FAKE_ENGINE_MAX_RUNNING": "1", "FAKE_ENGINE_KV_TOKENS": "100"}
+    )
+    body = {"model": "x", "prompt": "a b c d", "max_tokens": 6, "fake": {"delay_s": 2}}
+    with httpx.Client(timeout=30) as client:
+        sent = [
+            client.build_request("POST", f"{engine.url}/v1/completions", json=body)
+            for _ in range(3)
+        ]
+        threads = [threading.Thread(target=client.send, args=(r,)) for r in sent]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while engine.info()["in_flight"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        series = _sglang_series(engine.url)
+        for thread in threads:
+            thread.join()
+    assert series["sglang:num_running_reqs"][1] == 1.0
+    assert series["sglang:num_queue_reqs"][1] == 2.0
+    assert series["sglang:token_usage"][1] == 0.3  # 3 x (4 prompt + 6) tokens of 100
+    after = _sglang_series(engine.url)
+    assert after["sglang:num_requests_total"][1] == 3.0
+    assert after["sglang:generation_tokens_total"][1] == 18.0
+    assert after["sglang:num_queue_reqs"][1] == 0.0
+
+
+def test_an_engine_with_a_ready_file_turns_ready_once_the_file_exists(
+    fake_engine_factory: FakeEngineFactory, tmp_path: Path
+) -> None:
+    flag = tmp_path / "ready"
+    engine = fake_engine_factory(env={"FAKE_ENGINE_READY_FILE": str(flag)}, wait="listening")
+    assert httpx.get(f"{engine.url}/health").status_code == 503
+    flag.touch()
+    engine.wait_ready(10)
+    assert httpx.get(f"{engine.url}/health").status_code == 200

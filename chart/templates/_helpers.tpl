@@ -399,11 +399,11 @@ Usage: {{ include "sie-workers.autoscalingCooldown" . }}
 {{- end -}}
 
 {{/*
-A trigger query with $namespace, $pool, $bundle and $workload filled in.
-Usage: {{ include "sie-workers.promQuery" (dict "query" $q "namespace" $ns "pool" $p "bundle" $b "workload" $w) }}
+A trigger query with $namespace, $release, $pool, $bundle and $workload filled in.
+Usage: {{ include "sie-workers.promQuery" (dict "query" $q "namespace" $ns "release" $r "pool" $p "bundle" $b "workload" $w) }}
 */}}
 {{- define "sie-workers.promQuery" -}}
-{{- .query | replace "$namespace" .namespace | replace "$workload" .workload | replace "$pool" .pool | replace "$bundle" .bundle -}}
+{{- .query | replace "$namespace" .namespace | replace "$release" .release | replace "$workload" .workload | replace "$pool" .pool | replace "$bundle" .bundle -}}
 {{- end -}}
 
 {{/*

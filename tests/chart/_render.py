@@ -40,10 +40,14 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def render(
-    *files: Path, sets: Sequence[str] = (), set_json: Sequence[str] = ()
+    *files: Path,
+    sets: Sequence[str] = (),
+    set_json: Sequence[str] = (),
+    release: str = "sie",
+    namespace: str = "sie",
 ) -> list[dict[str, Any]]:
-    """The documents of `helm template` for release `sie` in namespace `sie`."""
-    args = ["template", "sie", str(CHART), "-n", "sie"]
+    """The documents of `helm template` for ``release`` in ``namespace`` (both `sie`)."""
+    args = ["template", release, str(CHART), "-n", namespace]
     for f in files:
         args += ["-f", str(f)]
     for s in sets:

@@ -24,6 +24,14 @@ HTTP surface on ``--host``/``--port`` (HTTP/1.1, keep-alive, chunked streaming):
   else ``max_tokens`` (chat also ``max_completion_tokens``), else 16.
 - ``POST /v1/embeddings``: only with ``--is-embedding`` (else 400 with SGLang's message);
   unit vectors from ``fake_embedding``; ``encoding_format: "base64"`` and ``dimensions``.
+- ``GET /metrics``: only with ``--enable-metrics`` (else 404, as SGLang), SGLang-shaped
+  Prometheus text with SGLang's names and labels (``model_name``, ``engine_type``,
+  ``tp_rank``, ``pp_rank``, ``moe_ep_rank``): gauges ``sglang:num_running_reqs`` and
+  ``sglang:num_queue_reqs`` (requests being answered, beyond ``FAKE_ENGINE_MAX_RUNNING``
+  counted as waiting), ``sglang:token_usage`` (prompt plus requested tokens of those
+  requests over ``FAKE_ENGINE_KV_TOKENS``), ``sglang:gen_throughput`` (tokens/s since the
+  previous scrape), ``sglang:cache_hit_rate``; counters ``sglang:num_requests_total``,
+  ``sglang:prompt_tokens_total``, ``sglang:generation_tokens_total``.
 - ``GET /_fake/info``: what the engine was started with and has seen: ``argv``, ``parser``,
   ``args`` (every flag given, by argparse dest), ``unknown_args``, ``env``
   (``CUDA_VISIBLE_DEVICES`` plus every ``FAKE_*``, ``SIE_*``, ``SGLANG_*``, ``NCCL_*`` and
@@ -47,6 +55,8 @@ Startup behaviour, from the environment (tests put these in a profile's ``extra_
 ``FAKE_ENGINE_START_DELAY_S``        become ready N seconds after listening (503 until then)
 ``FAKE_ENGINE_LISTEN_LATE=1``        do not even listen until the start delay has passed
 ``FAKE_ENGINE_NEVER_READY=1``        listen, but /health stays 503 forever
+``FAKE_ENGINE_READY_FILE=PATH``      after the start delay, stay not ready until PATH exists
+                                     (a test decides when a load finishes)
 ``FAKE_ENGINE_EXIT_AT_START=CODE``   log a crash to stderr and exit CODE (after the start delay)
 ``FAKE_ENGINE_CRASH_AFTER_S``        once ready, crash (exit ``FAKE_ENGINE_CRASH_CODE``, 1)
 ``FAKE_ENGINE_STDERR_LINES=N``       N extra log lines on stderr at startup (chatty engine)
@@ -61,6 +71,8 @@ Startup behaviour, from the environment (tests put these in a profile's ``extra_
 ``FAKE_ENGINE_OOM_ABOVE_FRACTION``   start as a real engine short of device memory does (torch's
                                      "CUDA out of memory" on stderr, exit 1) when
                                      ``--mem-fraction-static`` is above this share
+``FAKE_ENGINE_MAX_RUNNING``          /metrics: requests above this count as waiting (queue)
+``FAKE_ENGINE_KV_TOKENS``            /metrics: the KV cache size in tokens (default 65536)
 ===================================  ==========================================================
 
 ``--nccl-port`` is bound (as the real rank 0 binds its rendezvous store), so two engines
@@ -206,6 +218,9 @@ class Knobs:
     check_mask: bool = True
     max_lifetime_s: float | None = None
     oom_above_fraction: float | None = None
+    max_running: int | None = None
+    kv_tokens: int = 65536
+    ready_file: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Knobs:
@@ -236,6 +251,9 @@ class Knobs:
             or _env_bool(env, "FAKE_ENGINE_CHECK_MASK"),
             max_lifetime_s=_env_float(env, "FAKE_ENGINE_MAX_LIFETIME_S"),
             oom_above_fraction=_env_float(env, "FAKE_ENGINE_OOM_ABOVE_FRACTION"),
+            max_running=_env_int(env, "FAKE_ENGINE_MAX_RUNNING"),
+            kv_tokens=_env_int(env, "FAKE_ENGINE_KV_TOKENS") or 65536,
+            ready_file=env.get("FAKE_ENGINE_READY_FILE") or None,
         )
 
 
@@ -614,6 +632,7 @@ class _Engine:
         self.children: list[subprocess.Popen[bytes]] = []
         self.connections: set[asyncio.StreamWriter] = set()
         self.created = int(time.time())
+        self.metrics = _SglangMetrics(args.served_model_name, knobs)
         self.routes: dict[tuple[str, str], _Handler] = {
             ("GET", "/health"): self._health,
             ("GET", "/health_generate"): self._health,
@@ -621,6 +640,7 @@ class _Engine:
             ("GET", "/model_info"): self._model_info,
             ("GET", "/v1/models"): self._models,
             ("GET", "/_fake/info"): self._info,
+            ("GET", "/metrics"): self._metrics,
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/v1/embeddings"): self._embeddings,
@@ -700,6 +720,13 @@ class _Engine:
             "max_model_len": self.args.context_length or _DEFAULT_CONTEXT,
         }
         ex.send_json(200, {"object": "list", "data": [card]})
+        return True
+
+    async def _metrics(self, ex: _Exchange) -> bool:
+        if "--enable-metrics" not in self.argv:
+            ex.send_json(404, {"detail": "Not Found"})
+        else:
+            ex.send(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
         return True
 
     async def _info(self, ex: _Exchange) -> bool:
@@ -870,6 +897,7 @@ class _Engine:
         body: Mapping[str, Any],
     ) -> bool:
         self.in_flight += 1
+        held = self.metrics.begin(reply)
         try:
             if options.delay_s:
                 await _sleep_while_connected(ex, options.delay_s)
@@ -895,6 +923,7 @@ class _Engine:
             return await self._send_partial(ex, options, data)
         finally:
             self.in_flight -= 1
+            self.metrics.end(held, reply)
 
     async def _send_partial(self, ex: _Exchange, options: FakeOptions, data: bytes) -> bool:
         cut = min(x for x in (options.stall_after, options.die_after, len(data)) if x >= 0)
@@ -995,6 +1024,60 @@ class _Engine:
         for child in self.children:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=5)
+
+
+class _SglangMetrics:
+    """What ``GET /metrics`` reports, in SGLang's names and labels (see the docstring)."""
+
+    def __init__(self, served_name: str, knobs: Knobs) -> None:
+        self.labels = (
+            f'engine_type="unified",model_name={json.dumps(served_name)},'
+            'moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+        )
+        self.max_running, self.kv_tokens = knobs.max_running, knobs.kv_tokens
+        self.held: dict[object, int] = {}  # each request being answered -> its tokens
+        self.requests = self.prompt_tokens = self.generation_tokens = 0
+        self._last = (time.monotonic(), 0)
+
+    def begin(self, reply: _Reply | Mapping[str, Any]) -> object:
+        usage = reply.usage if isinstance(reply, _Reply) else reply.get("usage") or {}
+        token = object()
+        self.held[token] = int(usage.get("total_tokens", 0))
+        self.requests += 1
+        self.prompt_tokens += int(usage.get("prompt_tokens", 0))
+        return token
+
+    def end(self, token: object, reply: _Reply | Mapping[str, Any]) -> None:
+        self.held.pop(token, None)
+        if isinstance(reply, _Reply):
+            self.generation_tokens += reply.n
+
+    def render(self) -> bytes:
+        now = time.monotonic()
+        since, tokens = self._last
+        self._last = (now, self.generation_tokens)
+        rate = (self.generation_tokens - tokens) / (now - since) if now > since else 0.0
+        count = len(self.held)
+        running = count if self.max_running is None else min(count, self.max_running)
+        usage = min(1.0, sum(self.held.values()) / self.kv_tokens)
+        lines = []
+        for name, kind, value in (
+            ("num_running_reqs", "gauge", running),
+            ("num_queue_reqs", "gauge", count - running),
+            ("token_usage", "gauge", usage),
+            ("gen_throughput", "gauge", rate),
+            ("cache_hit_rate", "gauge", 0.0),
+            ("num_requests_total", "counter", self.requests),
+            ("prompt_tokens_total", "counter", self.prompt_tokens),
+            ("generation_tokens_total", "counter", self.generation_tokens),
+        ):
+            family = name.removesuffix("_total")
+            lines += [
+                f"# HELP sglang:{family} fake engine: {name}",
+                f"# TYPE sglang:{family} {kind}",
+                f"sglang:{name}{{{self.labels}}} {float(value)}",
+            ]
+        return ("\n".join(lines) + "\n").encode()
 
 
 def _error_body(exc: _HttpError) -> dict[str, Any]:
@@ -1190,6 +1273,9 @@ async def _serve(args: EngineArgs, knobs: Knobs, argv: Sequence[str]) -> int:
         if knobs.start_delay_s:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), knobs.start_delay_s)
+        while knobs.ready_file and not _file_exists(knobs.ready_file) and not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.05)
         if not stop.is_set():
             if knobs.exit_at_start is not None:
                 engine.crash(
@@ -1220,6 +1306,11 @@ async def _serve(args: EngineArgs, knobs: Knobs, argv: Sequence[str]) -> int:
             sock.close()
     engine.stop_children(signal.SIGTERM)
     return 0
+
+
+def _file_exists(path: str) -> bool:
+    # One stat per 50 ms while a test holds the load: not worth a thread.
+    return os.path.exists(path)
 
 
 def _split_fake_options(argv: Sequence[str]) -> tuple[str | None, list[str]]:

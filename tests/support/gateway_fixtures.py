@@ -132,10 +132,16 @@ def start_pod(
         router_env: Mapping[str, str] | None = None,
         port: int | None = None,
         wait: bool = True,
+        workers: Sequence[WorkerProcess] | None = None,
     ) -> PodProcess:
-        workers = [
-            start_worker(configs, devices=devices, env=worker_env, wait=False) for _ in range(slots)
-        ]
+        """``workers``: existing worker processes to route to (``configs``, ``slots``,
+        ``devices`` and ``worker_env`` are then unused)."""
+        if workers is None:
+            workers = [
+                start_worker(configs, devices=devices, env=worker_env, wait=False)
+                for _ in range(slots)
+            ]
+        workers, slots = list(workers), len(workers)
         port = port or free_port()
         log_path = tmp_path / f"router-{len(pods)}.log"
         env = _base_env()

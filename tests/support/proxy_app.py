@@ -9,6 +9,7 @@ import httpx
 import pytest
 from sie_worker.config.runtime import RequestRuntime
 from sie_worker.errors import SieError
+from sie_worker.worker.metrics import StreamTimer
 from sie_worker.worker.proxy import Lease, forward
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -43,15 +44,17 @@ def proxy_app(
     read_timeout: float | None = 5.0,
     transport: httpx.AsyncBaseTransport | None = None,
     runtime: RequestRuntime | None = None,
+    timer: StreamTimer | None = None,
 ) -> Starlette:
     """``POST /v1/completions`` forwarded to the engine at ``base_url`` for model ``org/m``
     with request id ``rid-1``; ``stream`` as the body says; design errors as JSON. JSON
     requests go through an httpx client on ``transport`` (e.g. ``httpx.MockTransport``),
-    streams over their own connection to ``base_url``; ``runtime`` is the served model's."""
+    streams over their own connection to ``base_url``; ``runtime`` is the served model's;
+    ``timer`` times the stream's writes."""
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()
-        lease = Lease("org/m", base_url, read_timeout, releases)
+        lease = Lease("org/m", base_url, read_timeout, releases, timer=timer)
         async with httpx.AsyncClient(transport=transport) as client:
             try:
                 return await forward(

@@ -8,6 +8,7 @@ socket write in uvicorn) can be counted, against a scripted engine on a real soc
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -15,6 +16,8 @@ import anyio
 import pytest
 from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
 from tests.support.scripted_engine import EngineRequest, Reply, scripted_engine
+
+from sie_worker.worker.metrics import StreamTimer
 
 Message = dict[str, Any]
 DONE = b"data: [DONE]\n\n"
@@ -213,3 +216,35 @@ async def test_the_worker_closes_a_streams_engine_connection_first() -> None:
         assert len(engine.requests) == 1
     assert b"".join(_bodies(sent)) == DONE
     assert releases.count == 1
+
+
+class _Observed:
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def observe(self, amount: float) -> None:
+        self.values.append(amount)
+
+
+@pytest.mark.anyio
+async def test_each_relayed_write_is_timed_first_token_then_inter_token() -> None:
+    async def paced() -> AsyncIterator[object]:
+        for event in _events(3):
+            yield event
+            await anyio.sleep(0.05)
+
+    ttft, itl = _Observed(), _Observed()
+    timer = StreamTimer(ttft, itl, started=time.monotonic())
+    releases, messages = Releases(), []
+
+    async def send(message: Message) -> None:
+        messages.append(message)
+
+    async with scripted_engine(_script(paced)) as engine:
+        app = proxy_app(engine.base_url, releases, timer=timer)
+        await app(_scope(), _receiver(True, anyio.Event()), send)
+    assert len(_bodies(messages)) == 3
+    assert len(ttft.values) == 1
+    assert ttft.values[0] >= 0
+    assert len(itl.values) == 2
+    assert all(v >= 0.04 for v in itl.values)

@@ -3,21 +3,53 @@
 The chart's KEDA triggers read ``sie_gateway_pending_requests{pool,bundle}`` (activation:
 a pool at zero wakes on its first held request) and ``sie_gateway_inflight_requests``;
 keep these names stable.
+
+Every series the chart's alerts and dashboards read exists from the start for each pool x
+bundle, at zero, for every value of its other label (the tables below): ``increase()`` over
+a series that appears with its first event would miss that event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from sie_worker.errors import SieError
 from sie_worker.gateway.policy import REASONS
 from sie_worker.gateway.pools import PoolKey
 
-__all__ = ["HOLD_OUTCOMES", "GatewayMetrics"]
+__all__ = ["ANSWER_CODES", "HOLD_OUTCOMES", "GatewayMetrics", "HeldRequest"]
 
 HOLD_OUTCOMES = ("served", "provisioning", "queue_full", "drained", "client_gone")
 _POD_STATES = ("discovered", "up", "ready")
+
+
+def _error_statuses(cls: type[SieError]) -> set[int]:
+    return {cls.status}.union(*(_error_statuses(sub) for sub in cls.__subclasses__()))
+
+
+# The statuses a client gets for a request routed to a pool: 200 and those of the error
+# codes (errors.py), the gateway's own (429 queue_full, 503 provisioning) among them. A
+# backend's other status gets its series when it first happens.
+ANSWER_CODES = tuple(str(s) for s in sorted({200, *_error_statuses(SieError)} - {SieError.status}))
+
+
+class HeldRequest:
+    """One request held for a pool x bundle, from :meth:`GatewayMetrics.hold` to :meth:`end`."""
+
+    __slots__ = ("_metrics", "key", "since")
+
+    def __init__(self, metrics: GatewayMetrics, key: PoolKey) -> None:
+        self._metrics, self.key, self.since = metrics, key, time.monotonic()
+
+    def end(self, outcome: str) -> None:
+        """Observe the hold time and how the hold ended (once)."""
+        self._metrics.holds[self.key].pop(self, None)
+        labels = {"pool": self.key.pool, "bundle": self.key.bundle}
+        self._metrics.held.labels(**labels).observe(time.monotonic() - self.since)
+        self._metrics.hold_outcomes.labels(**labels, outcome=outcome).inc()
 
 
 class GatewayMetrics:
@@ -75,8 +107,22 @@ class GatewayMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
             registry=r,
         )
+        self.oldest_held = Gauge(
+            "sie_gateway_oldest_held_seconds",
+            "How long the oldest request held for the pool x bundle has waited (0: none held).",
+            labels,
+            registry=r,
+        )
+        # Requests held per pool x bundle, oldest first (dicts keep insertion order).
+        self.holds: dict[PoolKey, dict[HeldRequest, None]] = {}
         for key in keys:
             pool = {"pool": key.pool, "bundle": key.bundle}
+            self.holds[key] = {}
+            self.oldest_held.labels(**pool).set_function(self._oldest(key))
+            self.held.labels(**pool)
+            self.duration.labels(**pool)
+            for code in ANSWER_CODES:
+                self.requests.labels(**pool, code=code)
             self.inflight.labels(**pool).set(0)
             self.pending.labels(**pool).set(0)
             for reason in REASONS:
@@ -85,3 +131,16 @@ class GatewayMetrics:
                 self.pods.labels(**pool, state=state).set(0)
             for outcome in HOLD_OUTCOMES:
                 self.hold_outcomes.labels(**pool, outcome=outcome)
+
+    def hold(self, key: PoolKey) -> HeldRequest:
+        """A request starts waiting for a ready pod of ``key``; call ``end`` when it stops."""
+        held = HeldRequest(self, key)
+        self.holds.setdefault(key, {})[held] = None
+        return held
+
+    def _oldest(self, key: PoolKey) -> Callable[[], float]:
+        def oldest() -> float:
+            held = next(iter(self.holds.get(key, ())), None)
+            return 0.0 if held is None else time.monotonic() - held.since
+
+        return oldest

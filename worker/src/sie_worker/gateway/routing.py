@@ -27,6 +27,7 @@ import anyio
 
 from sie_worker.errors import NoPool, Provisioning, QueueFull, UnknownModel, UnknownPool
 from sie_worker.gateway.catalogue import Catalogue
+from sie_worker.gateway.metrics import HeldRequest
 from sie_worker.gateway.policy import Decision, choose
 from sie_worker.gateway.pools import PoolKey, PoolSpec
 from sie_worker.gateway.state import Fleet, PodState
@@ -135,7 +136,7 @@ class Holder:
     ) -> tuple[PodState, Decision]:
         fleet, settings = self.fleet, self.settings
         names = frozenset(str(e) for e in exclude)
-        held: tuple[PoolKey, float] | None = None
+        held: HeldRequest | None = None
         outcome = "client_gone"
         try:
             while True:
@@ -151,7 +152,7 @@ class Holder:
                     outcome = "served"
                     assert isinstance(decision.group, PoolKey)
                     return fleet.groups[decision.group].pods[decision.pod], decision
-                target = held[0] if held else selection.groups[0]
+                target = held.key if held else selection.groups[0]
                 if self.draining:
                     outcome = "drained"
                     self._count(target, 503)
@@ -171,9 +172,9 @@ class Holder:
                             f"{settings.max_held} requests waiting for one "
                             "(SIE_GATEWAY_MAX_HELD); retry later"
                         )
-                    held = (target, time.monotonic())
+                    held = fleet.metrics.hold(target)
                     self._hold(target, +1)
-                remaining = held[1] + settings.hold_s - time.monotonic()
+                remaining = held.since + settings.hold_s - time.monotonic()
                 if remaining <= 0:
                     outcome = "provisioning"
                     self._count(target, 503)
@@ -189,11 +190,8 @@ class Holder:
                     await fleet.changed()
         finally:
             if held is not None:
-                key, since = held
-                self._hold(key, -1)
-                labels = {"pool": key.pool, "bundle": key.bundle}
-                fleet.metrics.held.labels(**labels).observe(time.monotonic() - since)
-                fleet.metrics.hold_outcomes.labels(**labels, outcome=outcome).inc()
+                self._hold(held.key, -1)
+                held.end(outcome)
 
     def _hold(self, key: PoolKey, delta: int) -> None:
         group = self.fleet.groups[key]

@@ -27,6 +27,7 @@ from sie_worker.sie_api.ids import resolve_model_id
 from sie_worker.sie_api.models import model_detail, model_info, model_infos
 from sie_worker.worker import openapi
 from sie_worker.worker.config_store import ConfigStore, parse_body, plain
+from sie_worker.worker.engine_metrics import engine_metrics
 from sie_worker.worker.inference import SIE_PATHS, openai_request, sie_request
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.metrics import WorkerMetrics
@@ -127,8 +128,12 @@ async def _readyz(request: Request) -> Response:
 
 
 async def _metrics(request: Request) -> Response:
+    """The worker's own series, then those of its SGLang engines (labelled by model)."""
     metrics: WorkerMetrics = request.app.state.metrics
-    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    engines = await engine_metrics(request.app.state.http, _manager(request).metric_sources())
+    return Response(
+        metrics.render() + engines, media_type="text/plain; version=0.0.4; charset=utf-8"
+    )
 
 
 async def _openapi(request: Request) -> Response:

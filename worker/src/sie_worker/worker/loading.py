@@ -36,6 +36,7 @@ from sie_worker.settings import Settings
 from sie_worker.sizing.memory_needs import NoRoomAtStart, cuda_cap, sglang_fraction
 from sie_worker.worker.launcher.process import OutOfMemory
 from sie_worker.worker.launcher.start import PortBook, RunningEngine, StartGate, start_engine
+from sie_worker.worker.metrics import LOAD_OUTCOMES, LoadOutcome
 from sie_worker.worker.model_table import ModelTable
 from sie_worker.worker.placement.claims import need_of
 from sie_worker.worker.records import ModelRecord
@@ -69,7 +70,7 @@ class Loader:
     async def load(self, record: ModelRecord) -> None:
         """Load ``record``'s model until its engine is ready; raise what stopped it."""
         table, started = self._table, time.monotonic()
-        outcome = "failed"
+        outcome: LoadOutcome = "failed"
         # The config this load uses throughout; a config written meanwhile stays pending.
         served, record.config_pending = record.served, False
         try:
@@ -99,7 +100,7 @@ class Loader:
                         table.life.move(record, "failed", outcome, error=error)
             raise
         finally:
-            table.metrics.loads.labels(outcome=outcome).inc()
+            table.metrics.count_load(outcome)
 
     async def _fetch_weights(
         self, record: ModelRecord, served: ServedModel, options: LoadOptions
@@ -230,12 +231,13 @@ class Loader:
         return True
 
 
-def load_outcome(exc: BaseException) -> str:
-    """The ``outcome`` label of ``sie_model_loads_total`` for a load that raised ``exc``."""
+def load_outcome(exc: BaseException) -> LoadOutcome:
+    """The ``outcome`` label of ``sie_model_loads_total`` for a load that raised ``exc``: one
+    of :data:`~sie_worker.worker.metrics.LOAD_OUTCOMES`, ``failed`` for any other."""
     if isinstance(exc, asyncio.CancelledError | DownloadCancelled):
         return "cancelled"
     if isinstance(exc, InvalidConfig):
         return "invalid_config"
     if isinstance(exc, SieError):
-        return exc.code
+        return next((o for o in LOAD_OUTCOMES if o == exc.code), "failed")
     return "failed"

@@ -29,6 +29,7 @@ from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.errors import LoadFailed, ModelLoading, PlacementFailed, SieError, UnknownModel
 from sie_worker.settings import Settings
+from sie_worker.worker.launcher.plan import exports_metrics
 from sie_worker.worker.launcher.process import start_group_guard
 from sie_worker.worker.launcher.stops import EngineStops, consume_exception
 from sie_worker.worker.loading import Loader
@@ -116,6 +117,15 @@ class ModelManager:
         return all(r.state == "ready" for r in self.records.values() if r.pinned)
 
     # --- queries ------------------------------------------------------------------------
+
+    def metric_sources(self) -> list[tuple[str, str]]:
+        """``(model id, base URL)`` of every ready engine that exports its own metrics
+        (SGLang's, started with ``--enable-metrics``), for the worker's /metrics."""
+        return [
+            (r.id, r.running.engine.base_url)
+            for r in self.records.values()
+            if r.state == "ready" and r.running is not None and exports_metrics(r.running.options)
+        ]
 
     def record(self, model_id: str) -> ModelRecord:
         record = self.records.get(model_id)

@@ -1,4 +1,13 @@
-"""The worker's Prometheus metrics, on a registry of its own (one per app, so tests stay apart)."""
+"""The worker's Prometheus metrics, on a registry of its own (one per app, so tests stay apart).
+
+Every labelled counter and histogram that an alert reads exists from the start, at zero, for
+each value of its label (the tables below are the only lists of those values): ``increase()``
+over a series that appears with its first event would miss that event.
+
+Streams are timed where the worker relays them: :class:`StreamTimer` observes the time to
+the first relayed write (``sie_time_to_first_token_seconds``) and between writes
+(``sie_inter_token_latency_seconds``), one observation per write.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +16,50 @@ import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Literal, Protocol, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sie_worker.model_states import MODEL_STATES, ModelState
 
-__all__ = ["LOAD_PHASES", "DownloadTrack", "WorkerMetrics"]
+__all__ = [
+    "DOWNLOAD_OUTCOMES",
+    "EVICTION_REASONS",
+    "LOAD_OUTCOMES",
+    "LOAD_PHASES",
+    "DownloadOutcome",
+    "DownloadTrack",
+    "EvictionReason",
+    "LoadOutcome",
+    "StreamTimer",
+    "WorkerMetrics",
+]
 
 LOAD_PHASES = ("downloading", "starting")
+# How a load ended (sie_model_loads_total{outcome}): ready, or the code of the error it
+# failed with; an error whose code is not listed counts as ``failed``.
+LoadOutcome = Literal[
+    "ready",
+    "failed",
+    "cancelled",
+    "invalid_config",
+    "placement_failed",
+    "load_failed",
+    "startup_timeout",
+    "engine_unavailable",
+]
+LOAD_OUTCOMES: Final[tuple[LoadOutcome, ...]] = get_args(LoadOutcome)
+# Why a model was stopped (sie_model_evictions_total{reason}).
+EvictionReason = Literal["make_room", "requested", "engine_exit", "config_removed", "shutdown"]
+EVICTION_REASONS: Final[tuple[EvictionReason, ...]] = get_args(EvictionReason)
+# How a weight fetch ended (sie_model_downloads_total{outcome}).
+DownloadOutcome = Literal["downloaded", "cached", "failed", "cancelled"]
+DOWNLOAD_OUTCOMES: Final[tuple[DownloadOutcome, ...]] = get_args(DownloadOutcome)
 _LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800)
+# Time to first token: from the request's arrival at the worker to its first relayed event.
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Between two relayed writes of a stream (a write carries every event that had arrived).
+_ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
 class _Progress(Protocol):
@@ -31,7 +74,31 @@ class DownloadTrack:
     """How one model's weight fetch ended: ``downloaded`` or ``cached`` once set; a fetch
     that raised counts as ``failed`` (``cancelled`` when it was cancelled)."""
 
-    outcome: str = "failed"
+    outcome: DownloadOutcome = "failed"
+
+
+class _Observer(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class StreamTimer:
+    """Times one relayed stream: call :meth:`chunk` with ``time.monotonic()`` at each write
+    to the client. The first write observes the time to first token since ``started`` (the
+    request's arrival), each later one the gap since the previous write."""
+
+    __slots__ = ("_itl", "_last", "_ttft")
+
+    def __init__(self, ttft: _Observer, itl: _Observer, started: float) -> None:
+        self._ttft: _Observer | None = ttft
+        self._itl, self._last = itl, started
+
+    def chunk(self, now: float) -> None:
+        if self._ttft is not None:
+            self._ttft.observe(now - self._last)
+            self._ttft = None
+        else:
+            self._itl.observe(now - self._last)
+        self._last = now
 
 
 class WorkerMetrics:
@@ -82,6 +149,13 @@ class WorkerMetrics:
         self.models = Gauge("sie_models", "Served models by state.", ["state"], registry=r)
         for state in MODEL_STATES:
             self.models.labels(state=state).set(0)
+        self.model_state = Gauge(
+            "sie_model_state",
+            "1 for the state each served model is in, 0 for the others.",
+            ["model", "state"],
+            registry=r,
+        )
+        self._model_states: dict[str, str] = {}
         self.loading = Gauge(
             "sie_models_loading",
             "Loading models by phase: downloading (weights) or starting (engine).",
@@ -109,13 +183,22 @@ class WorkerMetrics:
             ["outcome"],
             registry=r,
         )
+        for outcome in DOWNLOAD_OUTCOMES:
+            self.downloads.labels(outcome=outcome)
         self.download_duration = Histogram(
             "sie_model_download_duration_seconds",
             "Time to fetch a model's weights (cached ones included).",
             buckets=_LOAD_BUCKETS,
             registry=r,
         )
-        self.loads = Counter("sie_model_loads", "Model loads by outcome.", ["outcome"], registry=r)
+        self.loads = Counter(
+            "sie_model_loads",
+            "Model loads by outcome: ready, or the code of the error the load failed with.",
+            ["outcome"],
+            registry=r,
+        )
+        for load_outcome in LOAD_OUTCOMES:
+            self.loads.labels(outcome=load_outcome)
         self.evictions = Counter(
             "sie_model_evictions",
             "Models stopped by reason: make_room (evicted for another load), requested "
@@ -123,6 +206,8 @@ class WorkerMetrics:
             ["reason"],
             registry=r,
         )
+        for reason in EVICTION_REASONS:
+            self.evictions.labels(reason=reason)
         self.load_duration = Histogram(
             "sie_model_load_duration_seconds",
             "Time from a load starting to the engine being ready (weight download included).",
@@ -142,6 +227,24 @@ class WorkerMetrics:
             ["model", "code", "adapter"],
             registry=r,
         )
+        self.ttft = Histogram(
+            "sie_time_to_first_token_seconds",
+            "Streams: time from the request's arrival to its first relayed event, by model.",
+            ["model"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "sie_inter_token_latency_seconds",
+            "Streams: time between two relayed writes of events, by model.",
+            ["model"],
+            buckets=_ITL_BUCKETS,
+            registry=r,
+        )
+
+    def stream_timer(self, model: str, started: float) -> StreamTimer:
+        """A timer for one stream of ``model`` that arrived at ``started`` (monotonic)."""
+        return StreamTimer(self.ttft.labels(model=model), self.itl.labels(model=model), started)
 
     def record_models(
         self,
@@ -185,6 +288,24 @@ class WorkerMetrics:
             for gauge in (self.download_bytes, self.download_size):
                 with contextlib.suppress(KeyError):
                     gauge.remove(model)
+
+    def set_model_states(self, states: Mapping[str, str]) -> None:
+        """Each served model's state (``sie_model_state``); models no longer served go."""
+        for model in self._model_states.keys() - states.keys():
+            for state in MODEL_STATES:
+                with contextlib.suppress(KeyError):
+                    self.model_state.remove(model, state)
+        for model, current in states.items():
+            if self._model_states.get(model) != current:
+                for state in MODEL_STATES:
+                    self.model_state.labels(model=model, state=state).set(state == current)
+        self._model_states = dict(states)
+
+    def count_load(self, outcome: LoadOutcome) -> None:
+        self.loads.labels(outcome=outcome).inc()
+
+    def count_eviction(self, reason: EvictionReason) -> None:
+        self.evictions.labels(reason=reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

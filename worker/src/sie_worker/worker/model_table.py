@@ -19,7 +19,7 @@ from sie_worker.model_states import MODEL_STATES
 from sie_worker.worker.launcher.start import RunningEngine
 from sie_worker.worker.launcher.stops import EngineStops
 from sie_worker.worker.lifecycle import Lifecycle
-from sie_worker.worker.metrics import LOAD_PHASES, WorkerMetrics
+from sie_worker.worker.metrics import LOAD_PHASES, EvictionReason, WorkerMetrics
 from sie_worker.worker.placement.claims import Placer
 from sie_worker.worker.records import ModelRecord
 
@@ -41,7 +41,12 @@ class ModelTable:
         self.on_crash: Callable[[ModelRecord], None] = lambda record: None
 
     def release(
-        self, record: ModelRecord, reason: str, *, drain: bool, failure: str | None = None
+        self,
+        record: ModelRecord,
+        reason: EvictionReason,
+        *,
+        drain: bool,
+        failure: str | None = None,
     ) -> asyncio.Task[None]:
         """End the model's claim now; stop its engine in the background (after its in-flight
         requests when ``drain``). The model turns ``failed`` with ``failure`` as its error
@@ -53,7 +58,7 @@ class ModelTable:
         else:
             self.life.move(record, "unloaded", reason)
         self.placer.forget_refusals()
-        self.metrics.evictions.labels(reason=reason).inc()
+        self.metrics.count_eviction(reason)
         return self.stops.stop(record.id, running, block, drain=drain)
 
     async def watch(self, record: ModelRecord, running: RunningEngine) -> None:
@@ -88,3 +93,4 @@ class ModelTable:
                 reserved[index] += record.memory or 0
             claimed.update(record.block)
         self.metrics.record_models(counts, phases, reserved, len(claimed))
+        self.metrics.set_model_states({r.id: r.state for r in self.records.values()})

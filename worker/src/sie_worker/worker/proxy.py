@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
@@ -314,12 +315,12 @@ async def _relay_events(
                     if problem is not None:
                         yield _malformed(lease, problem)
                         return
-                    if translate is None:
+                    if translate is not None:
+                        events = translate(events)
+                    if events:
+                        if lease.timer is not None:  # TTFT, then inter-token latency
+                            lease.timer.chunk(time.monotonic())
                         yield events
-                    else:
-                        translated = translate(events)
-                        if translated:
-                            yield translated
                 if upstream.drained:
                     if upstream.error is not None:
                         raise upstream.error

@@ -21,7 +21,7 @@ from sie_worker.config.lora import BASE_ADAPTER, lora_adapters
 from sie_worker.config.model import ServedModel
 from sie_worker.model_states import ModelState
 from sie_worker.worker.launcher.start import RunningEngine
-from sie_worker.worker.metrics import WorkerMetrics
+from sie_worker.worker.metrics import StreamTimer, WorkerMetrics
 from sie_worker.worker.weights.progress import Progress
 
 if TYPE_CHECKING:
@@ -93,6 +93,8 @@ class Lease:
     read_timeout_s: float | None
     on_release: Callable[[], None] = field(repr=False)
     status: str = "error"  # the HTTP status the client got, for metrics
+    # Times a streamed answer's writes (TTFT, inter-token latency); None: not measured.
+    timer: StreamTimer | None = field(default=None, repr=False)
     _released: bool = field(default=False, repr=False)
 
     def release(self) -> None:
@@ -120,6 +122,7 @@ def open_lease(
         base_url=running.engine.base_url,
         read_timeout_s=running.options.request_read_timeout_s,
         on_release=lambda: None,
+        timer=metrics.stream_timer(record.id, started),
     )
 
     def release() -> None:

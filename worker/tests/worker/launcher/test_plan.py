@@ -73,6 +73,7 @@ def test_seed_example_argv_in_full() -> None:
         "--host", "127.0.0.1",
         "--port", "30007",
         "--nccl-port", "30407",
+        "--enable-metrics",
         "--dtype", "bfloat16",
         "--context-length", "8192",
         "--trust-remote-code",

@@ -9,7 +9,8 @@ SGLang arguments, in order:
 - ``--model-path``: ``weights_path``/``model_path`` resolved, else ``hf_id``; ``--revision``:
   ``hf_revision``/``revision`` (``loadtime.revision`` wins; hub ids only);
 - ``--served-model-name`` the served id, ``--tp-size`` the width, then the worker's
-  ``--host 127.0.0.1 --port N --nccl-port P``;
+  ``--host 127.0.0.1 --port N --nccl-port P`` and ``--enable-metrics`` (the worker passes
+  the engine's ``/metrics`` through on its own, :mod:`sie_worker.worker.engine_metrics`);
 - ``--dtype``: ``compute_precision`` (``loadtime.compute_precision`` wins);
 - ``--context-length``: ``loadtime.max_seq_length``, else ``max_sequence_length``, else
   (generation) ``tasks.generate.context_length``;
@@ -66,6 +67,7 @@ __all__ = [
     "engine_argv",
     "engine_env",
     "env_delta",
+    "exports_metrics",
     "plan_launch",
 ]
 
@@ -169,6 +171,7 @@ def engine_argv(
     argv += ["--host", ENGINE_HOST, "--port", str(port)]
     if nccl_port is not None:
         argv += ["--nccl-port", str(nccl_port)]
+    argv.append("--enable-metrics")
     precision = loadtime.get("compute_precision", profile.compute_precision)
     if precision:
         argv += ["--dtype", str(precision)]
@@ -247,6 +250,11 @@ def env_delta(served: ServedModel, devices: tuple[str, ...]) -> dict[str, str]:
 def engine_env(base_env: Mapping[str, str], plan: LaunchPlan) -> dict[str, str]:
     """The engine's whole environment: the worker's, then the plan's delta."""
     return {**base_env, **plan.env}
+
+
+def exports_metrics(options: LoadOptions) -> bool:
+    """Whether the engine of this load serves its own ``/metrics`` (SGLang's do)."""
+    return _is_sglang(options)
 
 
 def _is_sglang(options: LoadOptions) -> bool:
