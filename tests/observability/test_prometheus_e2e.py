@@ -260,7 +260,8 @@ def test_every_rendered_query_returns_what_the_scenario_implies(
             fake_model("org/gen"),
         ],
         devices="cuda:0",
-        env={"SIE_PINNED_MODELS": "org/pinned"},
+        # Device memory for the memory panel: 80 GiB holds one model of the default 0.85.
+        env={"SIE_PINNED_MODELS": "org/pinned", "SIE_FAKE_MEMORY_BUDGET": "80GiB"},
     )
     r1 = start_pod([], workers=[w0, w1], wait=False)
     r2 = start_pod([], workers=[w1], wait=False)
@@ -400,23 +401,14 @@ def test_every_rendered_query_returns_what_the_scenario_implies(
         ' / sie_device_memory_total_bytes{release="sie"} > 0.9'
     )
     checks.alert("SieDeviceMemoryNearBudget", dict.fromkeys(_by(ratio, "device")), "device")
-    memory = bool(prometheus.query('sie_device_memory_total_bytes{release="sie"}'))
 
     # --- after the traffic, every panel query returns data ---------------------------------
     for query in queries:
         if query.kind != "panel":
             continue
-        if query.key == "sie-worker/Device memory reserved/A" and not memory:
-            checks.wait(query.key, lambda r: r == [], "no data: no device memory series")
-            continue
         checks.wait(query.key, bool, "returns data")
     unchecked = sorted(set(checks.queries) - checks.checked)
     assert unchecked == [], f"rendered queries no scenario checked: {unchecked}"
-
-
-def _memory_series(worker: WorkerProcess) -> bool:
-    with worker.client() as client:
-        return "sie_device_memory_total_bytes" in client.get("/metrics").text
 
 
 def test_the_device_memory_alert_fires_for_a_device_near_its_budget(
@@ -432,12 +424,6 @@ def test_the_device_memory_alert_fires_for_a_device_near_its_budget(
         devices="cuda:0,cuda:1",
         env={"SIE_FAKE_MEMORY_BUDGET": "80GiB"},
     )
-    if not _memory_series(worker):
-        pytest.skip(
-            "the worker exports no sie_device_memory_{total,reserved}_bytes on this branch "
-            "(issue 25 adds them); SieDeviceMemoryNearBudget's expression is checked by "
-            "promtool's unit tests and evaluated (no series) by the test above"
-        )
     pod = {"sie-workers/pool": "warm", "port": "worker-0"}
 
     def where(deployment: Mapping[str, Any], port: str) -> list[Target]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from sie_worker.errors import EngineTimeout, ModelLoading
-from sie_worker.worker.manager import _outcome
+from sie_worker.worker.loading import load_outcome
 from sie_worker.worker.metrics import (
     DOWNLOAD_OUTCOMES,
     EVICTION_REASONS,
@@ -25,7 +25,7 @@ def _samples(metrics: WorkerMetrics) -> dict[tuple[str, tuple[tuple[str, str], .
 
 
 def test_counters_that_alerts_read_exist_at_zero_for_every_label_value_before_any_event() -> None:
-    samples = _samples(WorkerMetrics(2))
+    samples = _samples(WorkerMetrics(["cuda:0", "cuda:1"]))
 
     for name, label, values in (
         ("sie_model_loads_total", "outcome", LOAD_OUTCOMES),
@@ -47,9 +47,9 @@ def test_the_label_tables_hold_the_values_the_worker_uses() -> None:
 
 
 def test_a_load_error_whose_code_is_not_in_the_table_counts_as_failed() -> None:
-    assert _outcome(EngineTimeout("x")) == "failed"
-    assert _outcome(ModelLoading("x")) == "failed"
-    assert _outcome(RuntimeError("x")) == "failed"
+    assert load_outcome(EngineTimeout("x")) == "failed"
+    assert load_outcome(ModelLoading("x")) == "failed"
+    assert load_outcome(RuntimeError("x")) == "failed"
 
 
 class _Recorder:
@@ -72,7 +72,7 @@ def test_a_stream_timer_observes_time_to_first_write_then_the_gaps_between_write
 
 
 def test_stream_timers_feed_the_per_model_histograms() -> None:
-    metrics = WorkerMetrics(1)
+    metrics = WorkerMetrics(["cpu"])
     timer = metrics.stream_timer("org/m", started=0.0)
     timer.chunk(0.2)
     timer.chunk(0.25)
@@ -85,7 +85,7 @@ def test_stream_timers_feed_the_per_model_histograms() -> None:
 
 
 def test_each_models_state_is_one_for_its_state_and_a_removed_model_leaves() -> None:
-    metrics = WorkerMetrics(1)
+    metrics = WorkerMetrics(["cpu"])
     metrics.set_model_states({"org/a": "loading", "org/b": "ready"})
     metrics.set_model_states({"org/a": "ready"})
 
