@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LLAMA", "SEED_004_TABLE"]
+from sie_worker.sizing.arithmetic import Hardware, ModelSize, Workload, weights_bytes
+from sie_worker.sizing.model_stats import shape_from_config
+
+__all__ = ["GB", "H100", "LLAMA", "SEED_004_TABLE", "SEED_004_USERS", "llama_size"]
+
+GB = 1e9
+# Seed 004's hardware and workload: 80 GB GPUs at 90% usable, 8 per node; 32 sequences of
+# 8,192 tokens.
+H100 = Hardware(gpu_memory_bytes=80e9, usable=0.9, gpus_per_node=8)
+SEED_004_USERS = Workload(context_tokens=8192, sequences=32)
 
 # name -> (parameters, config.json fields)
 LLAMA: dict[str, tuple[float, dict[str, Any]]] = {
@@ -31,3 +40,9 @@ SEED_004_TABLE = [
     ("405B", 8, 405.0, 135.3, 540.3, 8),
     ("405B", 4.5, 227.8, 135.3, 363.1, 6),
 ]
+
+
+def llama_size(name: str, bits: float) -> ModelSize:
+    """Llama 3.1 ``name`` (8B, 70B, 405B) at ``bits`` per weight."""
+    params, config = LLAMA[name]
+    return ModelSize(shape_from_config(config), weights_bytes(params, bits))

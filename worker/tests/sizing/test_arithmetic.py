@@ -1,35 +1,21 @@
 from __future__ import annotations
 
 import pytest
-from tests.support.sizing_figures import LLAMA
+from tests.support.sizing_figures import LLAMA, llama_size
 
 from sie_worker.sizing.arithmetic import (
-    Hardware,
-    ModelSize,
     Shape,
-    Workload,
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
     max_concurrency,
     minimum_gpus,
-    weights_bytes,
 )
 from sie_worker.sizing.model_stats import shape_from_config
-
-GB = 1e9
-
-H100 = Hardware(gpu_memory_bytes=80e9, usable=0.9, gpus_per_node=8)
-SEED_004_USERS = Workload(context_tokens=8192, sequences=32)
-
-
-def _llama(name: str, bits: float) -> ModelSize:
-    params, config = LLAMA[name]
-    return ModelSize(shape_from_config(config), weights_bytes(params, bits))
 
 
 @pytest.mark.parametrize(("name", "kib"), [("8B", 128), ("70B", 320), ("405B", 504)])
 def test_kv_per_token_matches_seed_004(name: str, kib: int) -> None:
-    assert kv_bytes_per_token(_llama(name, 16).shape) / 1024 == kib
+    assert kv_bytes_per_token(llama_size(name, 16).shape) / 1024 == kib
 
 
 def test_head_dim_comes_from_hidden_size_over_heads_when_absent() -> None:

@@ -1,37 +1,20 @@
 from __future__ import annotations
 
-from tests.support.sizing_figures import LLAMA
+from tests.support.sizing_figures import H100, llama_size
 
-from sie_worker.sizing.arithmetic import (
-    Hardware,
-    ModelSize,
-    Workload,
-    weights_bytes,
-)
 from sie_worker.sizing.config_warnings import config_warnings
-from sie_worker.sizing.model_stats import shape_from_config
-
-GB = 1e9
-
-H100 = Hardware(gpu_memory_bytes=80e9, usable=0.9, gpus_per_node=8)
-SEED_004_USERS = Workload(context_tokens=8192, sequences=32)
-
-
-def _llama(name: str, bits: float) -> ModelSize:
-    params, config = LLAMA[name]
-    return ModelSize(shape_from_config(config), weights_bytes(params, bits))
 
 
 def test_no_warning_for_a_width_that_holds_weights_and_budget() -> None:
     warnings = config_warnings(
-        _llama("70B", 16), width=4, kv_budget_tokens=32768, context_tokens=8192, hardware=H100
+        llama_size("70B", 16), width=4, kv_budget_tokens=32768, context_tokens=8192, hardware=H100
     )
     assert warnings == []
 
 
 def test_warns_when_declared_width_cannot_hold_the_weights() -> None:
     warnings = config_warnings(
-        _llama("70B", 16), width=1, kv_budget_tokens=None, context_tokens=None, hardware=H100
+        llama_size("70B", 16), width=1, kv_budget_tokens=None, context_tokens=None, hardware=H100
     )
     assert len(warnings) == 1
     assert warnings[0].path == "$.profiles.default.adapter_options.loadtime.tensor_parallel_size"
@@ -42,7 +25,7 @@ def test_warns_when_declared_width_cannot_hold_the_weights() -> None:
 
 def test_weights_warning_mentions_a_server_with_too_few_devices() -> None:
     warnings = config_warnings(
-        _llama("70B", 16),
+        llama_size("70B", 16),
         width=1,
         kv_budget_tokens=None,
         context_tokens=None,
@@ -55,7 +38,7 @@ def test_weights_warning_mentions_a_server_with_too_few_devices() -> None:
 def test_warns_when_kv_budget_does_not_fit_beside_the_weights() -> None:
     # 70B BF16 on 2 x 80 GB: 70.6 GB of weights per GPU leaves 1.4 GB, about 8,900 tokens.
     warnings = config_warnings(
-        _llama("70B", 16),
+        llama_size("70B", 16),
         width=2,
         kv_budget_tokens=262144,
         context_tokens=8192,
@@ -69,7 +52,7 @@ def test_warns_when_kv_budget_does_not_fit_beside_the_weights() -> None:
 
 def test_warns_when_a_model_that_fits_one_gpu_is_split() -> None:
     warnings = config_warnings(
-        _llama("8B", 16), width=2, kv_budget_tokens=32768, context_tokens=8192, hardware=H100
+        llama_size("8B", 16), width=2, kv_budget_tokens=32768, context_tokens=8192, hardware=H100
     )
     assert len(warnings) == 1
     assert "fits one GPU" in warnings[0].message
@@ -79,7 +62,7 @@ def test_warns_when_a_model_that_fits_one_gpu_is_split() -> None:
 
 def test_split_warning_counts_the_kv_budget_when_deciding_one_gpu_fits() -> None:
     # 16.1 GB of weights + 400k tokens x 128 KiB = 68.6 GB: fits 72 GB; 500k tokens does not.
-    model = _llama("8B", 16)
+    model = llama_size("8B", 16)
     fits = config_warnings(
         model, width=2, kv_budget_tokens=400_000, context_tokens=None, hardware=H100
     )
@@ -92,7 +75,7 @@ def test_split_warning_counts_the_kv_budget_when_deciding_one_gpu_fits() -> None
 
 def test_weights_warning_suggests_a_width_that_also_holds_the_declared_budget() -> None:
     warnings = config_warnings(
-        _llama("70B", 16), width=1, kv_budget_tokens=262144, context_tokens=8192, hardware=H100
+        llama_size("70B", 16), width=1, kv_budget_tokens=262144, context_tokens=8192, hardware=H100
     )
     assert len(warnings) == 1
     assert "with kv_budget_tokens 262144, width 4 is the smallest that does" in warnings[0].message

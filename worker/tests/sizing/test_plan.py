@@ -1,38 +1,24 @@
 from __future__ import annotations
 
 import pytest
-from tests.support.sizing_figures import LLAMA, SEED_004_TABLE
+from tests.support.sizing_figures import GB, H100, LLAMA, SEED_004_TABLE, SEED_004_USERS, llama_size
 
 from sie_worker.sizing.arithmetic import (
-    Hardware,
-    ModelSize,
-    Workload,
     kv_bytes_per_token,
     max_concurrency,
     minimum_gpus,
     usable_bytes,
-    weights_bytes,
 )
 from sie_worker.sizing.model_stats import shape_from_config
 from sie_worker.sizing.plan import plan, plan_weights_only
 from sie_worker.sizing.width import choose_width
-
-GB = 1e9
-
-H100 = Hardware(gpu_memory_bytes=80e9, usable=0.9, gpus_per_node=8)
-SEED_004_USERS = Workload(context_tokens=8192, sequences=32)
-
-
-def _llama(name: str, bits: float) -> ModelSize:
-    params, config = LLAMA[name]
-    return ModelSize(shape_from_config(config), weights_bytes(params, bits))
 
 
 @pytest.mark.parametrize(("name", "bits", "weights", "kv", "total", "gpus"), SEED_004_TABLE)
 def test_plan_reproduces_seed_004_why_split_table(
     name: str, bits: float, weights: float, kv: float, total: float, gpus: int
 ) -> None:
-    result = plan(_llama(name, bits), SEED_004_USERS, H100)
+    result = plan(llama_size(name, bits), SEED_004_USERS, H100)
     assert round(result.weights_bytes / GB, 1) == weights
     assert result.kv_bytes_total is not None
     assert round(result.kv_bytes_total / GB, 1) == kv
@@ -65,10 +51,10 @@ def test_seed_001_kv_capacity_per_request_and_concurrency() -> None:
 
 
 def test_replica_budget_and_concurrency_follow_the_weights_left_per_gpu() -> None:
-    result = plan(_llama("70B", 16), SEED_004_USERS, H100)
+    result = plan(llama_size("70B", 16), SEED_004_USERS, H100)
     assert result.weights_bytes_per_gpu == pytest.approx(141.2e9 / 4)
     assert result.kv_budget_bytes_per_replica == pytest.approx(4 * 72e9 - 141.2e9)
-    per_token = kv_bytes_per_token(_llama("70B", 16).shape)
+    per_token = kv_bytes_per_token(llama_size("70B", 16).shape)
     assert result.kv_budget_tokens_per_replica == int((4 * 72e9 - 141.2e9) // per_token)
     assert result.concurrency_per_replica == int((4 * 72e9 - 141.2e9) // (per_token * 8192))
     assert result.concurrency_per_replica >= SEED_004_USERS.sequences

@@ -1,25 +1,6 @@
 from __future__ import annotations
 
-from tests.support.sizing_figures import LLAMA
-
-from sie_worker.sizing.arithmetic import (
-    Hardware,
-    ModelSize,
-    Workload,
-    weights_bytes,
-)
-from sie_worker.sizing.model_stats import shape_from_config
 from sie_worker.sizing.pool import suggest_pool
-
-GB = 1e9
-
-H100 = Hardware(gpu_memory_bytes=80e9, usable=0.9, gpus_per_node=8)
-SEED_004_USERS = Workload(context_tokens=8192, sequences=32)
-
-
-def _llama(name: str, bits: float) -> ModelSize:
-    params, config = LLAMA[name]
-    return ModelSize(shape_from_config(config), weights_bytes(params, bits))
 
 
 def test_pool_for_a_split_model_is_a_device_group_scaled_per_gpu() -> None:

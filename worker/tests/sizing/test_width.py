@@ -3,30 +3,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.support.sizing_figures import LLAMA
+from tests.support.sizing_figures import H100, SEED_004_USERS, llama_size
 
 from sie_worker.config.rules import MAX_WIDTH, valid_widths
 from sie_worker.sizing.arithmetic import (
-    Hardware,
-    ModelSize,
     Shape,
-    Workload,
     is_power_of_two,
-    weights_bytes,
 )
-from sie_worker.sizing.model_stats import shape_from_config
 from sie_worker.sizing.plan import plan
 from sie_worker.sizing.width import choose_width
-
-GB = 1e9
-
-H100 = Hardware(gpu_memory_bytes=80e9, usable=0.9, gpus_per_node=8)
-SEED_004_USERS = Workload(context_tokens=8192, sequences=32)
-
-
-def _llama(name: str, bits: float) -> ModelSize:
-    params, config = LLAMA[name]
-    return ModelSize(shape_from_config(config), weights_bytes(params, bits))
 
 
 @pytest.mark.parametrize(
@@ -36,19 +21,19 @@ def _llama(name: str, bits: float) -> ModelSize:
 def test_width_is_smallest_power_of_two_at_or_above_the_minimum(
     name: str, bits: float, width: int
 ) -> None:
-    result = plan(_llama(name, bits), SEED_004_USERS, H100)
+    result = plan(llama_size(name, bits), SEED_004_USERS, H100)
     assert result.width.width == width
     assert result.width.width >= result.min_gpus
 
 
 def test_seed_004_70b_at_8_bits_explains_why_3_is_not_used() -> None:
-    reason = plan(_llama("70B", 8), SEED_004_USERS, H100).width.reason
+    reason = plan(llama_size("70B", 8), SEED_004_USERS, H100).width.reason
     assert "needs 3 GPUs" in reason
     assert "width 3 does not suit the 64 attention heads" in reason
 
 
 def test_405b_bf16_needs_more_gpus_than_one_engine_spans() -> None:
-    result = plan(_llama("405B", 16), SEED_004_USERS, H100)
+    result = plan(llama_size("405B", 16), SEED_004_USERS, H100)
     assert result.width.width is None
     assert "needs 14 GPUs" in result.width.reason
     assert "--bits" in result.width.reason
