@@ -16,8 +16,8 @@ from starlette.applications import Starlette
 from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
 from tests.support.scripted_engine import DROP, HANG, answer_with, scripted_engine
 
-from sie_worker.http.stream_client import StreamResponse
-from sie_worker.worker.proxy import Lease, _relay_events
+from sie_worker.http.splice import StreamResponse
+from sie_worker.worker.proxy import Lease, _Events
 
 pytestmark = EVERY_LOOP
 
@@ -255,20 +255,13 @@ async def test_malformed_streams_end_with_an_error_event(
     assert releases.count == 1
 
 
-class _ScriptedUpstream:
-    """Stands in for a stream_client.StreamResponse: each take() hands over the next piece,
-    so a test decides exactly where the reads split the body."""
+class _Upstream:
+    """Stands in for a splice.StreamResponse, which the event check closes when it stops."""
 
-    def __init__(self, pieces: list[bytes]) -> None:
-        self._pieces = pieces
-        self.error: Exception | None = None
+    closed = False
 
-    @property
-    def drained(self) -> bool:
-        return not self._pieces
-
-    async def take(self) -> bytes:
-        return self._pieces.pop(0)
+    def close(self) -> None:
+        self.closed = True
 
 
 def _pieces(body: bytes, cuts: list[int]) -> list[bytes]:
@@ -277,9 +270,13 @@ def _pieces(body: bytes, cuts: list[int]) -> list[bytes]:
 
 
 async def _relayed(pieces: list[bytes]) -> bytes:
+    """What the client gets of a stream whose reads split the body into ``pieces``."""
     lease = Lease(model="org/m", base_url="http://engine", read_timeout_s=None, on_release=int)
-    upstream = cast(StreamResponse, _ScriptedUpstream(pieces))
-    return b"".join([part async for part in _relay_events(upstream, lease)])
+    upstream = _Upstream()
+    events = _Events(cast(StreamResponse, upstream), lease, None)
+    relayed = b"".join(events.feed(piece) for piece in pieces) + events.end(None)
+    assert upstream.closed == events.failed  # a stream the check stopped is closed
+    return relayed
 
 
 _EIGHT_MIB = 8 * 1024 * 1024

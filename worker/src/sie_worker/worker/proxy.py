@@ -1,21 +1,26 @@
-"""Relay an OpenAI-style request to a model's engine and its answer back to the client.
+"""The worker's relay: an OpenAI-style request to a model's engine, its answer to the client.
+
+    lease (from the route) -> deadlines -> the engine call -> the answer, relayed
 
 Upstream failures are translated in one place (:func:`_translate`): no bytes within the
 read cap become ``engine_timeout`` (504; the engine is not restarted), a refused or broken
 connection becomes ``engine_unavailable`` (502). Once a stream has started, failures end it
 with one SSE error event instead, at an event boundary.
 
-Streams are the hot path (``docs/benchmarks.md``): each goes over its own engine connection,
-parsed by :mod:`sie_worker.http.stream_client` while the relay writes, so events that arrived
-meanwhile leave in one write; the worker closes that connection after ``[DONE]``.
+Streams are the hot path (``docs/benchmarks.md``): each goes over its own engine connection
+(:mod:`sie_worker.http.splice`), whose events go to the client from the engine parser's
+callback, through :class:`_Events` (whole SSE events only, each checked; SIE's translator
+when there is one); the worker closes that connection after ``[DONE]``. JSON answers go
+through the injected httpx client's pool.
 
 A profile's runtime options (:class:`~sie_worker.config.runtime.RequestRuntime`) rewrite the
-body before it is sent and bound the answer: ``first_chunk_timeout_s`` (time to the first
-bytes of the answer; of the first event of a stream), ``inter_chunk_timeout_s`` (longest
-silence, with the read cap), ``overall_timeout_s`` (the whole answer). Past one, the request
-fails with ``engine_timeout`` (504, or an SSE error event once a stream has started) and
-the worker closes the engine connection, which makes SGLang abort the request; the engine
-keeps running.
+body before it is sent and bound the answer (:class:`~sie_worker.http.deadlines.Deadlines`):
+``first_chunk_timeout_s`` (time to the first bytes of the answer; of the first event of a
+stream), ``inter_chunk_timeout_s`` (longest silence, with the read cap),
+``overall_timeout_s`` (the whole answer). Past one, the request fails with
+``engine_timeout`` (504, or an SSE error event once a stream has started) and the worker
+closes the engine connection, which makes SGLang abort the request; the engine keeps
+running.
 
 A request of SIE's native API passes an ``answer`` (the engine's JSON answer -> the client's
 response) or ``events`` (a translator of each batch of events); without them the engine's
@@ -24,15 +29,16 @@ answer is relayed as it is.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
-from starlette.background import BackgroundTask
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from sie_worker.config.runtime import RequestRuntime, Timeouts
 from sie_worker.errors import (
@@ -42,13 +48,13 @@ from sie_worker.errors import (
     PayloadTooLarge,
     SieError,
 )
+from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
 from sie_worker.http.errors import sse_error_event
-from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.http.splice import ClientWatch, StreamResponse, open_stream, relay_body
 from sie_worker.sie_api.call import Answer, Events, EventTranslator
-from sie_worker.worker.deadlines import DeadlineHit, Deadlines
 from sie_worker.worker.records import Lease
 
-__all__ = ["forward"]
+__all__ = ["Lease", "forward"]
 
 _log = logging.getLogger("sie_worker.proxy")
 _FORWARDED_HEADERS = ("content-type", "accept", "x-request-id")
@@ -74,36 +80,31 @@ async def forward(
     events: Events | None = None,
 ) -> Response:
     """Send ``body`` to the engine's ``path``; the lease is released when the answer is done.
-    Streams go over their own connection (:mod:`sie_worker.http.stream_client`), everything else
-    through ``client``'s pool. ``runtime`` is the served model's (body rewrite, timeouts);
-    ``answer`` / ``events`` translate the engine's answer."""
+    Streams go over their own connection, everything else through ``client``'s pool.
+    ``runtime`` is the served model's (body rewrite, timeouts); ``answer`` / ``events``
+    translate the engine's answer."""
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
     upstream_headers["x-request-id"] = request_id
     reply_headers = {"x-request-id": request_id}
-    limits = Deadlines(
-        lease.read_timeout_s, runtime.timeouts if runtime is not None else Timeouts()
-    )
+    deadlines = _deadlines(lease, runtime.timeouts if runtime is not None else Timeouts())
     if runtime is not None:
         body = runtime.rewrite(path, body)
     if stream:
         translate = events(lease.model) if events is not None else None
-        return await _forward_stream(
-            lease, path, body, upstream_headers, reply_headers, limits, translate
+        return await _open_stream(
+            lease, path, body, upstream_headers, reply_headers, deadlines, translate
         )
     timeout = httpx.Timeout(
-        connect=_CONNECT_TIMEOUT_S,
-        read=limits.read_s,
-        write=_WRITE_TIMEOUT_S,
-        pool=None,
+        connect=_CONNECT_TIMEOUT_S, read=deadlines.read_s, write=_WRITE_TIMEOUT_S, pool=None
     )
     request = client.build_request(
         "POST", lease.base_url + path, content=body, headers=upstream_headers, timeout=timeout
     )
     try:
-        with _failure_status(lease), _translate(lease, limits):
-            upstream = await limits.first(client.send(request, stream=True))
+        with _failure_status(lease), _translate(lease, deadlines):
+            upstream = await deadlines.first(client.send(request, stream=True))
             try:
-                content = await limits.overall(upstream.aread())
+                content = await deadlines.overall_step(upstream.aread())
             finally:
                 await upstream.aclose()
             return _reply(lease, upstream.status_code, content, reply_headers, answer)
@@ -111,57 +112,184 @@ async def forward(
         lease.release()
 
 
-async def _forward_stream(
+def _deadlines(lease: Lease, timeouts: Timeouts) -> Deadlines:
+    """The read cap and the profile's timeouts; the smaller of the cap and
+    ``inter_chunk_timeout_s`` is the read timeout between chunks."""
+    reads = [
+        Limit(name, seconds)
+        for seconds, name in (
+            (lease.read_timeout_s, "request_read_timeout_s"),
+            (timeouts.inter_chunk_s, "inter_chunk_timeout_s"),
+        )
+        if seconds is not None
+    ]
+    first, overall = timeouts.first_chunk_s, timeouts.overall_s
+    return Deadlines(
+        min(reads, key=lambda r: (r.seconds, r.name)) if reads else None,
+        first_chunk=Limit("first_chunk_timeout_s", first) if first is not None else None,
+        overall=Limit("overall_timeout_s", overall) if overall is not None else None,
+    )
+
+
+async def _open_stream(
     lease: Lease,
     path: str,
     body: bytes,
     upstream_headers: dict[str, str],
     reply_headers: dict[str, str],
-    limits: Deadlines,
+    deadlines: Deadlines,
     translate: EventTranslator | None,
 ) -> Response:
     try:
-        with _failure_status(lease), _translate(lease, limits):
-            upstream = await limits.overall(
-                open_stream(
-                    lease.base_url + path,
-                    body,
-                    upstream_headers.items(),
-                    connect_timeout_s=_CONNECT_TIMEOUT_S,
-                    read_timeout_s=limits.read_s,
-                    high_water=_STREAM_HIGH_WATER,
-                    stop_after=_ends_with_done,
-                )
+        with _failure_status(lease), _translate(lease, deadlines):
+            upstream = await open_stream(
+                lease.base_url + path,
+                body,
+                upstream_headers.items(),
+                connect_timeout_s=_CONNECT_TIMEOUT_S,
+                deadlines=deadlines,
+                high_water=_STREAM_HIGH_WATER,
+                stop_after=_ends_with_done,
             )
     except BaseException:
         lease.release()
         raise
-    first = b""
-    if upstream.status != 200:
-        try:
-            with _failure_status(lease), _translate(lease, limits):
+    opened = False
+    try:
+        with _failure_status(lease), _translate(lease, deadlines):
+            if upstream.status != 200:
                 content = await upstream.read_all(_MAX_SSE_EVENT_BYTES)
                 return _reply(lease, upstream.status, content, reply_headers)
-        finally:
+            first = b""
+            if deadlines.first_chunk is not None:
+                # Wait for the first event before answering, so that a silent engine gets a
+                # 504 (the stream's timer fails it at the deadline).
+                first = await upstream.take()
+                if upstream.error is not None:
+                    raise upstream.error
+        opened = True
+    finally:
+        if not opened:
             upstream.close()
             lease.release()
-    if limits.timeouts.first_chunk_s is not None:
-        # Wait for the first event before answering, so that a silent engine gets a 504.
-        try:
-            with _failure_status(lease), _translate(lease, limits):
-                first = await limits.first(upstream.take())
-        except BaseException:
-            upstream.close()
-            lease.release()
-            raise
     lease.status = "200"
     reply_headers.update({"cache-control": "no-cache", "x-accel-buffering": "no"})
-    return StreamingResponse(
-        _relay_events(upstream, lease, limits, first, translate),
-        media_type="text/event-stream",
-        headers=reply_headers,
-        background=BackgroundTask(_close, upstream, lease),
-    )
+    events = _Events(upstream, lease, translate)
+    return _EventStream(upstream, lease, deadlines, events, first, reply_headers)
+
+
+class _EventStream(Response):
+    """The client's side of a stream: head, events as they come, an error event at the
+    end if the engine failed; the engine connection is closed and the lease released
+    however it ends (done, failed, client gone)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        upstream: StreamResponse,
+        lease: Lease,
+        deadlines: Deadlines,
+        events: _Events,
+        first: bytes,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        # Not Response.__init__: a body would give the answer a Content-Length.
+        self.status_code = 200
+        self.background = None
+        self.init_headers(headers)
+        self._upstream, self._lease, self._deadlines = upstream, lease, deadlines
+        self._events, self._first = events, first
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = ClientWatch(receive)
+        try:
+            await self._relay(scope, send, watch)
+        except asyncio.CancelledError:
+            if not watch.caught():
+                raise
+        finally:
+            watch.stop()
+            self._upstream.close()
+            self._lease.release()
+
+    async def _relay(self, scope: Scope, send: Send, watch: ClientWatch) -> None:
+        events = self._events
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        error: SieError | None = None
+        try:
+            with _translate(self._lease, self._deadlines):
+                first = events.feed(self._first) if self._first else b""
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
+                await relay_body(self._upstream, scope, send, events.feed)
+        except SieError as exc:
+            error = exc
+        tail = events.end(error)
+        watch.stop()
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+class _Events:
+    """A stream's bytes on their way to the client: whole SSE events only (an unfinished
+    one waits for the rest), each well formed and at most 8 MiB, through SIE's translator
+    when there is one. A malformed stream ends with an error event, and its engine
+    connection is closed."""
+
+    __slots__ = ("_lease", "_pending", "_translate", "_upstream", "failed")
+
+    def __init__(
+        self, upstream: StreamResponse, lease: Lease, translate: EventTranslator | None
+    ) -> None:
+        self._upstream, self._lease, self._translate = upstream, lease, translate
+        self._pending = b""
+        self.failed = False
+
+    def feed(self, data: bytes) -> bytes:
+        """What of ``data`` (with what was pending) leaves for the client now."""
+        if self.failed:
+            return b""
+        pending = self._pending + data if self._pending else data
+        # Checked before cutting: one read can hold the end of an oversized event and the
+        # start of the next, and the size must not depend on where reads split.
+        if len(pending) > _MAX_SSE_EVENT_BYTES and _has_oversized_event(pending):
+            return self._stop("an event larger than 8 MiB")
+        cut = pending.rfind(b"\n\n") + 2
+        if cut == 1:
+            self._pending = pending
+            return b""
+        if cut == len(pending):
+            events, self._pending = pending, b""
+        else:
+            events, self._pending = pending[:cut], pending[cut:]
+        if not _one_json_event(events):
+            problem = _malformation(events)
+            if problem is not None:
+                return self._stop(problem)
+        return self._leave(events)
+
+    def _leave(self, events: bytes) -> bytes:
+        # Where a stream's events leave for the client (once per write; the first call is
+        # its first event): the bytes returned are written at once.
+        return events if self._translate is None else self._translate(events)
+
+    def end(self, error: SieError | None) -> bytes:
+        """The stream's last bytes: an error event when it failed (``error``) or was cut."""
+        if self.failed:
+            return b""
+        if error is not None:
+            _log.warning("stream from %s ended: %s", self._lease.model, error.message)
+            return (b"\n\n" if self._pending else b"") + sse_error_event(error)
+        if self._pending.strip():
+            return self._stop("a truncated event")
+        return b""
+
+    def _stop(self, what: str) -> bytes:
+        self.failed = True
+        self._upstream.close()
+        error = EngineUnavailable(f"{self._lease.model}: engine sent {what}; stream closed")
+        _log.warning("%s", error.message)
+        return sse_error_event(error)
 
 
 def _reply(
@@ -187,7 +315,7 @@ def _failure_status(lease: Lease) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _translate(lease: Lease, limits: Deadlines) -> Iterator[None]:
+def _translate(lease: Lease, deadlines: Deadlines) -> Iterator[None]:
     try:
         yield
     except DeadlineHit as exc:
@@ -201,9 +329,10 @@ def _translate(lease: Lease, limits: Deadlines) -> Iterator[None]:
             "was failed, the engine keeps running"
         ) from None
     except httpx.ReadTimeout as exc:
+        read = deadlines.read or Limit("request_read_timeout_s", 0)
         raise EngineTimeout(
-            f"{lease.model}: engine sent nothing for {limits.read_name}="
-            f"{limits.read_s or 0:g}s; the request was failed, the engine keeps running"
+            f"{lease.model}: engine sent nothing for {read.name}={read.seconds:g}s; the "
+            "request was failed, the engine keeps running"
         ) from exc
     except httpx.TimeoutException as exc:
         raise EngineUnavailable(f"{lease.model}: engine did not accept the request: {exc}") from exc
@@ -284,51 +413,14 @@ def _ends_with_done(chunk: bytes, previous: bytes) -> bool:
     )
 
 
-async def _relay_events(
-    upstream: StreamResponse,
-    lease: Lease,
-    limits: Deadlines | None = None,
-    first: bytes = b"",
-    translate: EventTranslator | None = None,
-) -> AsyncIterator[bytes]:
-    """Yield whole SSE events as they arrive (through ``translate`` when given); end with an
-    error event if the engine fails. Everything that arrived since the last write leaves in
-    one write: a write costs about the same for one event as for a hundred. ``first`` is what
-    was read before answering."""
-    pending = b""
-    limits = limits or Deadlines(lease.read_timeout_s, Timeouts())
-    try:
-        with _translate(lease, limits):
-            while True:
-                pending += first or await limits.first(upstream.take())
-                first = b""
-                # Checked before cutting: one take can hold the end of an oversized event
-                # and the start of the next, and the size must not depend on where reads split.
-                if len(pending) > _MAX_SSE_EVENT_BYTES and _has_oversized_event(pending):
-                    yield _malformed(lease, "an event larger than 8 MiB")
-                    return
-                cut = pending.rfind(b"\n\n")
-                if cut >= 0:
-                    events, pending = pending[: cut + 2], pending[cut + 2 :]
-                    problem = _malformation(events)
-                    if problem is not None:
-                        yield _malformed(lease, problem)
-                        return
-                    if translate is None:
-                        yield events
-                    else:
-                        translated = translate(events)
-                        if translated:
-                            yield translated
-                if upstream.drained:
-                    if upstream.error is not None:
-                        raise upstream.error
-                    break
-        if pending.strip():
-            yield _malformed(lease, "a truncated event")
-    except SieError as error:
-        _log.warning("stream from %s ended: %s", lease.model, error.message)
-        yield (b"\n\n" if pending else b"") + sse_error_event(error)
+def _one_json_event(events: bytes) -> bool:
+    """The usual case, checked cheaply: one ``data: {...}`` event and nothing else."""
+    return (
+        events.startswith(b"data: {")
+        and events.endswith(b"}\n\n")
+        and events.count(b"\n") == 2
+        and b"\r" not in events
+    )
 
 
 def _has_oversized_event(buffer: bytes) -> bool:
@@ -353,17 +445,3 @@ def _malformation(events: bytes) -> str | None:
             ):
                 return "an event whose data is not JSON"
     return None
-
-
-def _malformed(lease: Lease, what: str) -> bytes:
-    error = EngineUnavailable(f"{lease.model}: engine sent {what}; stream closed")
-    _log.warning("%s", error.message)
-    return sse_error_event(error)
-
-
-async def _close(upstream: StreamResponse, lease: Lease) -> None:
-    # Runs after the response however it ended (done, failed, client gone).
-    try:
-        upstream.close()
-    finally:
-        lease.release()
