@@ -39,6 +39,7 @@ __all__ = [
     "PodState",
     "parse_pod_devices",
     "parse_pod_models",
+    "parse_slot_width",
     "poll_pod",
 ]
 
@@ -63,6 +64,7 @@ class PodPoll:
     slots: int
     ready_slots: int
     ready: bool
+    slot_width: int = 0  # devices of the widest slot (0: not known)
 
 
 @dataclass
@@ -85,6 +87,8 @@ class PodState:
     models: dict[str, str] = field(default_factory=dict)
     widths: dict[str, int] = field(default_factory=dict)
     free_run: int = 0
+    # Devices of its widest slot: the pools file's slot_width until a poll counts them.
+    slot_width: int = 1
     ready_slots: int = 0
     polled_at: float = -math.inf
     # Dispatched since: (monotonic time, model, True once the pod served it).
@@ -184,7 +188,9 @@ class Fleet:
         for name, endpoint in listed.items():
             if name in group.pods:
                 continue
-            pod = PodState(name, endpoint.url, key, group.spec.slots)
+            pod = PodState(
+                name, endpoint.url, key, group.spec.slots, slot_width=group.spec.slot_width
+            )
             group.pods[name] = pod
             logger.info("%s: pod %s (%s) joined the pool", key, name, endpoint.url)
             self._start(pod)
@@ -273,6 +279,7 @@ class Fleet:
         pod.models = dict(poll.models)
         pod.widths = dict(poll.widths)
         pod.free_run = poll.free_run
+        pod.slot_width = poll.slot_width or pod.slot_width
         pod.slots = poll.slots or pod.slots
         pod.ready_slots = poll.ready_slots
         pod.polled_at = started_at
@@ -329,11 +336,13 @@ async def poll_pod(
     models_r, devices_r, ready_r = await poll_answers(client, url, headers, timeout_s)
     try:
         models, widths = parse_pod_models(models_r.json())
-        free_run = parse_pod_devices(devices_r.json())
+        devices = devices_r.json()
+        free_run, slot_width = parse_pod_devices(devices), parse_slot_width(devices)
         slots, ready_slots = _slots(ready_r)
     except ValueError as exc:
         raise PollError(f"{url}: unusable answer: {exc}") from exc
-    return PodPoll(models, widths, free_run, slots, ready_slots, ready_r.status_code == 200)
+    ready = ready_r.status_code == 200
+    return PodPoll(models, widths, free_run, slots, ready_slots, ready, slot_width)
 
 
 def parse_pod_models(body: Any) -> tuple[dict[str, str], dict[str, int]]:
@@ -370,6 +379,16 @@ def parse_pod_devices(body: Any) -> int:
         runs[slot] = run
         best[slot] = max(best.get(slot, 0), run)
     return max(best.values(), default=0)
+
+
+def parse_slot_width(body: Any) -> int:
+    """``/v1/devices`` of a pod router → the devices of its widest slot (devices without
+    a ``slot``, as a worker lists them, are one slot); 0 when it lists none."""
+    counts: Counter[object] = Counter()
+    for entry in body.get("devices") or [] if isinstance(body, dict) else []:
+        if isinstance(entry, dict):
+            counts[entry.get("slot")] += 1
+    return max(counts.values(), default=0)
 
 
 def _slots(ready: httpx.Response) -> tuple[int, int]:
