@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
+from tests.support.proxy_app import BOTH_PATHS, EVERY_LOOP, Releases, client_of, proxy_app
 from tests.support.scripted_engine import HANG, answer_with, scripted_engine
 
 from sie_worker.config.runtime import RequestRuntime, Timeouts
@@ -21,10 +21,8 @@ pytestmark = EVERY_LOOP
 JSON = {"content-type": "application/json"}
 
 
-async def _post(app: Any, body: dict[str, Any]) -> httpx.Response:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://worker"
-    ) as client:
+async def _post(app: Any, body: dict[str, Any], over: str = "asgi") -> httpx.Response:
+    async with client_of(app, over) as client:
         return await client.post("/v1/completions", json={"model": "org/m", **body})
 
 
@@ -103,15 +101,21 @@ CASES: list[tuple[str, Callable[[], Any], dict[str, float], bool, str]] = [
 @pytest.mark.parametrize(
     ("name", "script", "seconds", "stream", "says"), CASES, ids=[c[0] for c in CASES]
 )
+@BOTH_PATHS
 @pytest.mark.anyio
 async def test_a_timeout_before_the_answer_starts_is_a_504_and_closes_the_engine_connection(
-    name: str, script: Callable[[], Any], seconds: dict[str, float], stream: bool, says: str
+    name: str,
+    script: Callable[[], Any],
+    seconds: dict[str, float],
+    stream: bool,
+    says: str,
+    over: str,
 ) -> None:
     releases = Releases()
     async with scripted_engine(script()) as engine:
         app = proxy_app(engine.base_url, releases, read_timeout=30, runtime=_timeouts(**seconds))
         with anyio.fail_after(10):
-            response = await _post(app, {"prompt": "x", "stream": stream})
+            response = await _post(app, {"prompt": "x", "stream": stream}, over)
             await engine.client_closed.wait()
     assert response.status_code == 504
     error = _error(response)
@@ -128,9 +132,10 @@ async def test_a_timeout_before_the_answer_starts_is_a_504_and_closes_the_engine
         ({"inter_chunk_s": 0.3}, "inter_chunk_timeout_s=0.3s"),
     ],
 )
+@BOTH_PATHS
 @pytest.mark.anyio
 async def test_a_timeout_mid_stream_ends_it_with_one_error_event(
-    seconds: dict[str, float], says: str
+    seconds: dict[str, float], says: str, over: str
 ) -> None:
     releases = Releases()
     async with scripted_engine(answer_with(b'data: {"n": 1}\n\n', HANG)) as engine:
@@ -141,7 +146,7 @@ async def test_a_timeout_mid_stream_ends_it_with_one_error_event(
             runtime=_timeouts(first_chunk_s=5, **seconds),
         )
         with anyio.fail_after(10):
-            response = await _post(app, {"prompt": "x", "stream": True})
+            response = await _post(app, {"prompt": "x", "stream": True}, over)
             await engine.client_closed.wait()
     assert response.status_code == 200
     assert response.text.startswith('data: {"n": 1}\n\n')
@@ -151,14 +156,15 @@ async def test_a_timeout_mid_stream_ends_it_with_one_error_event(
     assert releases.count == 1
 
 
+@BOTH_PATHS
 @pytest.mark.anyio
-async def test_a_stream_within_its_limits_is_relayed_whole() -> None:
+async def test_a_stream_within_its_limits_is_relayed_whole(over: str) -> None:
     events = b'data: {"n": 1}\n\ndata: [DONE]\n\n'
     releases = Releases()
     async with scripted_engine(answer_with(events[:7], events[7:])) as engine:
         runtime = _timeouts(first_chunk_s=5, inter_chunk_s=5, overall_s=10)
         app = proxy_app(engine.base_url, releases, runtime=runtime)
-        response = await _post(app, {"prompt": "x", "stream": True})
+        response = await _post(app, {"prompt": "x", "stream": True}, over)
     assert response.text == events.decode()
     assert releases.count == 1
 
