@@ -52,13 +52,19 @@ async def client_of(app: Starlette, over: str) -> AsyncIterator[httpx.AsyncClien
 
 
 class Releases:
-    """A lease's ``on_release``: counts how often the lease was given back."""
+    """A lease's ``on_release``: counts how often the lease was given back, and records the
+    status it had then (what the request's metrics see)."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.statuses: list[str] = []
 
     def __call__(self) -> None:
         self.count += 1
+
+    def of(self, lease: Lease) -> None:
+        self.count += 1
+        self.statuses.append(lease.status)
 
 
 def proxy_app(
@@ -76,7 +82,7 @@ def proxy_app(
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()
-        lease = Lease("org/m", base_url, read_timeout, releases)
+        lease = Lease("org/m", base_url, read_timeout, on_release=lambda: releases.of(lease))
         async with httpx.AsyncClient(transport=transport) as client:
             try:
                 return await forward(

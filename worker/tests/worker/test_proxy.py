@@ -7,7 +7,7 @@ import itertools
 import json
 import socket
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import httpx
@@ -16,8 +16,7 @@ from starlette.applications import Starlette
 from tests.support.proxy_app import BOTH_PATHS, EVERY_LOOP, Releases, client_of, proxy_app
 from tests.support.scripted_engine import DROP, HANG, answer_with, scripted_engine
 
-from sie_worker.http.splice import StreamResponse
-from sie_worker.worker.proxy import Lease, _Events
+from sie_worker.worker.events import EventCheck
 
 pytestmark = EVERY_LOOP
 
@@ -247,6 +246,29 @@ async def test_a_stream_to_an_engine_that_is_not_listening_is_a_502(over: str) -
 
 
 @pytest.mark.parametrize(
+    ("script", "status"),
+    [
+        (answer_with(b'data: {"n": 1}\n\n', b"data: [DONE]\n\n"), "200"),
+        (answer_with(b'data: {"n": 1}\n\n', DROP), "200"),  # failed after the answer began
+        (answer_with(b"{}", status=400, headers={"content-type": "application/json"}), "400"),
+        (answer_with(HANG, head=b""), "504"),
+    ],
+    ids=["done", "dropped-mid-stream", "refused", "silent"],
+)
+@BOTH_PATHS
+@pytest.mark.anyio
+async def test_a_stream_s_lease_records_the_status_the_client_got(
+    script: Any, status: str, over: str
+) -> None:
+    releases = Releases()
+    async with scripted_engine(script) as engine:
+        app = proxy_app(engine.base_url, releases, read_timeout=0.3)
+        with anyio.fail_after(10):
+            await _post(app, stream=True, over=over)
+    assert releases.statuses == [status]
+
+
+@pytest.mark.parametrize(
     ("chunks", "what"),
     [
         ((b"this is not sse\n\n",), "not server-sent events"),
@@ -268,15 +290,6 @@ async def test_malformed_streams_end_with_an_error_event(
     assert releases.count == 1
 
 
-class _Upstream:
-    """Stands in for a splice.StreamResponse, which the event check closes when it stops."""
-
-    closed = False
-
-    def close(self) -> None:
-        self.closed = True
-
-
 def _pieces(body: bytes, cuts: list[int]) -> list[bytes]:
     edges = [0, *cuts, len(body)]
     return [body[a:b] for a, b in itertools.pairwise(edges) if b > a]
@@ -284,11 +297,11 @@ def _pieces(body: bytes, cuts: list[int]) -> list[bytes]:
 
 async def _relayed(pieces: list[bytes]) -> bytes:
     """What the client gets of a stream whose reads split the body into ``pieces``."""
-    lease = Lease(model="org/m", base_url="http://engine", read_timeout_s=None, on_release=int)
-    upstream = _Upstream()
-    events = _Events(cast(StreamResponse, upstream), lease, None)
-    relayed = b"".join(events.feed(piece) for piece in pieces) + events.end(None)
-    assert upstream.closed == events.failed  # a stream the check stopped is closed
+    stopped: list[bool] = []
+    check = EventCheck("org/m")
+    check.stop = lambda: stopped.append(True)
+    relayed = b"".join(check.feed(piece) for piece in pieces) + check.end(None)
+    assert stopped == ([True] if check.failed else [])  # a stream the check refuses is stopped
     return relayed
 
 

@@ -32,13 +32,8 @@ from starlette.types import Receive, Scope, Send
 
 from sie_worker.errors import EngineTimeout, EngineUnavailable, SieError
 from sie_worker.http.errors import error_response, sse_error_event
-from sie_worker.http.splice import (
-    ClientWatch,
-    StreamResponse,
-    TaskCancel,
-    open_stream,
-    relay_body,
-)
+from sie_worker.http.splice import ClientWatch, TaskCancel, relay_body
+from sie_worker.http.upstream import StreamResponse, open_stream
 
 __all__ = [
     "HOP_BY_HOP",
@@ -165,7 +160,7 @@ class RelayResponse(Response):
 
     ``route(exclude)`` picks the backend (raising a :class:`SieError` to answer with it);
     ``on_done(seconds)`` observes the time from arrival to the end; ``opener`` opens the
-    backend connection (``splice.open_stream``; injectable for tests).
+    backend connection (``upstream.open_stream``; injectable for tests).
     """
 
     def __init__(

@@ -1,379 +1,216 @@
-"""A streamed answer from its upstream socket to the client's socket: the relay's hot path.
+"""A streamed answer from its upstream socket to the client's socket: every hop's relay.
 
-Every hop (gateway, slot router, worker) relays each streamed event, so this module does as
-little per event as it can (``docs/benchmarks.md``, Gateway):
+Every hop (gateway, slot router, worker) relays each streamed event, so this does as little
+per event as it can (``docs/benchmarks.md``, Gateway): once the answer's head has gone out,
+:func:`relay_body` hands the body to the client's transport (:mod:`sie_worker.http.wire`)
+from the upstream parser's callback (no task switch, no ASGI message per event), or, where
+there is no wire, through ``send`` with everything that arrived since the last write in one
+message. A client that is behind pauses the reading of the upstream socket, which resumes
+once the client has drained, so a slow client slows its stream and never grows the hop's
+memory. A body transform (the worker's event check) runs on the same bytes on either path.
 
-- **Upstream** (:func:`open_stream`, :class:`StreamResponse`): one request on its own
-  connection, the answer's head and body parsed in C by httptools (httpx parses a chunked
-  body in Python, one h11 event per chunk). Failures are raised as httpx's exception types
-  (``ConnectError``, ``ConnectTimeout``, ``ReadTimeout``, ``ReadError``,
-  ``RemoteProtocolError``) and a passed deadline as :class:`DeadlineHit`, so callers
-  translate every client's failures in one place. The request's deadlines
-  (:class:`~sie_worker.http.deadlines.Deadlines`) are data: one timer per stream, re-armed
-  from the last read rather than reset on each one.
-- **Client** (:class:`Wire`, from :mod:`sie_worker.http.wire`): once the answer's head went
-  out, :func:`relay_body` hands the body to the client's transport from the upstream
-  parser's callback (no task switch, no ASGI message per event), or, where there is no
-  wire, through ``send`` with everything that arrived since the last write in one message.
-- **Flow control**: a client that is behind pauses the reading of the upstream socket
-  (past the client transport's high-water mark, or past ``high_water`` bytes buffered here),
-  and reading resumes once the client has drained, so a slow client slows its stream and
-  never grows the hop's memory. A body transform (the worker's event check) runs on the same
-  bytes on either path.
+:func:`relay_stream` is the whole of a stream whose caller makes no routing decisions (the
+worker's, to its engine): connect, the head, the first bytes when the caller waits for them,
+the client's head, the body, the last bytes, the close; what it means for the caller (an
+engine's refusal, a failure's error, the bytes added at the end, what is released) is the
+caller's :class:`StreamPolicy`. The slot router and the gateway route and retry first
+(:mod:`sie_worker.http.relay`) and use :func:`relay_body` for the body.
+
+:class:`TaskCancel` and :class:`ClientWatch` cancel a relaying task from outside (a backend
+leaving rotation, the client leaving) with plain task cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
-from typing import cast
-from urllib.parse import urlsplit
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
-import httptools
-import httpx
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
+from sie_worker.errors import SieError
+from sie_worker.http.deadlines import Deadlines
+from sie_worker.http.upstream import StreamResponse, open_stream
 from sie_worker.http.wire import wire_for
 
 __all__ = [
     "ClientWatch",
-    "StreamResponse",
+    "SplicedResponse",
+    "StreamPolicy",
     "TaskCancel",
     "Transform",
-    "open_stream",
     "relay_body",
+    "relay_stream",
 ]
 
-_MAX_HEAD_BYTES = 64 * 1024
 # What the relay does to the body on its way: bytes in, bytes to write out (b"": nothing).
 Transform = Callable[[bytes], bytes]
 
 
-def _never(chunk: bytes, previous: bytes) -> bool:
-    return False
-
-
-class StreamResponse(asyncio.Protocol):
-    """The answer to one request. Buffered, :meth:`take` hands over the body read so far
-    and reading pauses past ``high_water`` bytes not yet taken; spliced
-    (:meth:`splice`), each read's body goes to a sink at once. Reading stops for good when
-    ``stop_after(chunk, previous)`` says the stream is complete."""
-
-    def __init__(
-        self,
-        deadlines: Deadlines,
-        high_water: int,
-        stop_after: Callable[[bytes, bytes], bool],
-        *,
-        head_only: bool = False,
-    ) -> None:
-        self.status = 0
-        self.headers: list[tuple[str, str]] = []
-        self.error: Exception | None = None
-        self.finished = False
-        self._deadlines = deadlines
-        self._read_s = deadlines.read_s
-        self._high_water = high_water
-        self._stop_after = stop_after
-        self._head_only = head_only  # the answer to HEAD has no body, whatever it says
-        self._parser = httptools.HttpResponseParser(self)
-        self._loop = asyncio.get_running_loop()
-        self._head: asyncio.Future[None] = self._loop.create_future()
-        self._arrived = asyncio.Event()
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self._previous = b""
-        self._head_bytes = 0  # received while the head was incomplete
-        self._header_bytes = 0  # in header names and values
-        self._delimited_by_close = True  # until a content-length or chunked header says no
-        self._body_seen = False
-        self._paused = False  # reading paused: bytes buffered here, or a client behind
-        self._sink: Callable[[bytes], bool] | None = None
-        self._last_read = self._loop.time()
-        self._timer: asyncio.TimerHandle | None = None
-        self._transport: asyncio.Transport | None = None
-
-    # -- asyncio.Protocol ----------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # Not an isinstance check: uvloop's transports do not subclass asyncio's.
-        self._transport = cast(asyncio.Transport, transport)
-        self._last_read = self._loop.time()
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return  # closed from this side: whatever still arrives is not wanted
-        self._last_read = self._loop.time()
-        try:
-            self._parser.feed_data(data)
-            if not self._head.done():
-                self._head_bytes += len(data)  # all of it: the head is still not complete
-                self._check_head_size()
-        except httptools.HttpParserError as exc:
-            if self._head_bytes > _MAX_HEAD_BYTES:
-                self._fail(httpx.RemoteProtocolError("the response head is larger than 64 KiB"))
-            else:
-                self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
-            return
-        sink = self._sink
-        if sink is not None and self._chunks:
-            chunks = self._chunks
-            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            chunks.clear()
-            if sink(body) and not self._paused:
-                self._paused = True
-                transport.pause_reading()
-                self._arrived.set()
-        if self.finished:
-            self.close()
-        elif self._size > self._high_water and not self._paused:
-            self._paused = True
-            transport.pause_reading()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timer()
-        if self.finished:
-            return
-        if exc is None and self._head.done() and self._delimited_by_close:
-            self._end()  # a body without length or chunking ends with the connection
-            return
-        detail = f": {exc}" if exc else ""
-        if not self._head.done():
-            self._fail(httpx.RemoteProtocolError(f"the engine closed the connection{detail}"))
-        else:
-            self._fail(httpx.ReadError(f"the engine closed the connection mid-response{detail}"))
-
-    # -- httptools callbacks -------------------------------------------------------------
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_bytes += len(name) + len(value)
-        self._check_head_size()
-        key = name.decode("latin-1").lower()
-        if key in ("content-length", "transfer-encoding"):
-            self._delimited_by_close = False
-        self.headers.append((key, value.decode("latin-1")))
-
-    def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
-        if not self._head.done():
-            self._head.set_result(None)
-        if self._head_only:
-            self._end()
-
-    def on_body(self, body: bytes) -> None:
-        if self.finished:
-            return
-        self._chunks.append(body)
-        self._body_seen = True
-        if self._sink is None:
-            self._size += len(body)
-            self._arrived.set()
-        if self._stop_after(body, self._previous):
-            self._end()
-        self._previous = body
-
-    def on_message_complete(self) -> None:
-        self._end()
-
-    # -- for the relay -------------------------------------------------------------------
-
-    def send(self, data: bytes) -> None:
-        if self._transport is not None:
-            self._transport.write(data)
-
-    async def wait_head(self) -> None:
-        await asyncio.shield(self._head)
+class StreamPolicy(Protocol):
+    """What the caller of :func:`relay_stream` decides about one stream."""
 
     @property
-    def drained(self) -> bool:
-        """The response has ended (or failed) and everything read has been taken."""
-        return self.finished and not self._chunks
-
-    async def take(self) -> bytes:
-        """Everything read since the last call; waits for something unless finished."""
-        if not self._chunks and not self.finished:
-            self._arrived.clear()
-            await self._arrived.wait()
-        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        self._chunks.clear()
-        self._size = 0
-        if self._paused:
-            self.resume()
-        return data
-
-    def splice(self, sink: Callable[[bytes], bool]) -> None:
-        """From now on, hand each read's body to ``sink`` as it is parsed (what was read
-        already first). ``sink`` answers True when its client is behind: reading pauses
-        until :meth:`resume`, and :meth:`wait` returns."""
-        self._sink = sink
-        self._size = 0
-        if self._chunks:
-            body = b"".join(self._chunks)
-            self._chunks.clear()
-            if sink(body):
-                if not self._paused and self._transport is not None:
-                    self._paused = True
-                    self._transport.pause_reading()
-                return
-        if self._paused:
-            self.resume()
-
-    async def wait(self) -> None:
-        """Return when the response has ended (or failed), or reading paused for a client."""
-        if not self.finished and not self._paused:
-            self._arrived.clear()
-            await self._arrived.wait()
+    def headers(self) -> Mapping[str, str]:
+        """Added to the client's 200 head (content type included)."""
+        ...
 
     @property
-    def paused(self) -> bool:
-        return self._paused
+    def wait_first(self) -> bool:
+        """Answer the client only once the first body bytes came (a silent upstream then
+        fails before any answer)."""
+        ...
 
-    def resume(self) -> None:
-        if self._paused and self._transport is not None:
-            self._paused = False
-            self._last_read = self._loop.time()  # time paused for the client is not idle
-            if not self._transport.is_closing():
-                self._transport.resume_reading()
+    def opened(self, status: int, close: Callable[[], None]) -> None:
+        """The upstream answered ``status``; ``close`` ends the reading of its body."""
+        ...
 
-    async def read_all(self, limit: int) -> bytes:
-        """The rest of the body, at most ``limit`` bytes (more is cut off)."""
-        parts: list[bytes] = []
-        size = 0
-        while not self.drained and size < limit:
-            part = await self.take()
-            parts.append(part)
-            size += len(part)
-        if self.error is not None:
-            raise self.error
-        return b"".join(parts)[:limit]
+    def refused(self, status: int, body: bytes) -> Response:
+        """The client's answer to an upstream head other than 200 (its whole body read)."""
+        ...
 
-    def close(self) -> None:
-        """Stop reading and close the connection from this side (idempotent)."""
-        self._cancel_timer()
-        if not self.finished:
-            self.finished = True
-            self._arrived.set()
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.close()
+    def failure(self, error: Exception, *, answered: bool) -> SieError:
+        """``error`` (a transport failure, a deadline) as the client's error; ``answered``:
+        the client's head has gone out."""
+        ...
 
-    # -- internals -----------------------------------------------------------------------
+    def feed(self, data: bytes) -> bytes:
+        """Body bytes on their way: what leaves for the client now."""
+        ...
 
-    def _check_head_size(self) -> None:
-        if max(self._head_bytes, self._header_bytes) > _MAX_HEAD_BYTES:
-            self._head_bytes = _MAX_HEAD_BYTES + 1
-            raise httptools.HttpParserError("the response head is larger than 64 KiB")
+    def end(self, error: SieError | None) -> bytes:
+        """The last bytes of the client's body (``error``: why the stream broke off)."""
+        ...
 
-    def _end(self) -> None:
-        self.finished = True
-        self._cancel_timer()
-        self._arrived.set()
-
-    def _fail(self, error: Exception) -> None:
-        if self.finished:
-            return
-        self.error = error
-        if not self._head.done():
-            self._head.set_exception(error)
-        self._end()
-        if self._transport is not None:
-            self._transport.abort()
-
-    def _arm(self) -> None:
-        """Set the one timer at the nearest deadline: the read timeout from the last read,
-        the first chunk's until a body has come, the whole answer's."""
-        due: float | None = None
-        if self._read_s is not None:
-            due = (self._loop.time() if self._paused else self._last_read) + self._read_s
-        fixed = self._deadlines.next_due(self._body_seen) if self._deadlines.fixed else None
-        if fixed is not None and (due is None or fixed[0] < due):
-            due = fixed[0]
-        if due is not None:
-            self._timer = self._loop.call_at(due, self._check)
-
-    def _check(self) -> None:
-        self._timer = None
-        if self.finished:
-            return
-        now = self._loop.time()
-        fixed = self._deadlines.next_due(self._body_seen) if self._deadlines.fixed else None
-        if fixed is not None and fixed[0] <= now:
-            limit = fixed[1]
-            self._fail(DeadlineHit(limit.name, limit.seconds))
-            return
-        if self._read_s is not None and not self._paused and self._last_read + self._read_s <= now:
-            read = self._deadlines.read
-            assert read is not None
-            self._fail(httpx.ReadTimeout(f"no bytes from upstream for {read.seconds:g}s"))
-            return
-        self._arm()
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def finished(self) -> None:
+        """Called once, however the stream ended (answered, refused, failed, abandoned)."""
+        ...
 
 
-async def open_stream(
+async def relay_stream(
     url: str,
     body: bytes,
     headers: Iterable[tuple[str, str]],
+    policy: StreamPolicy,
     *,
-    method: str = "POST",
+    deadlines: Deadlines,
     connect_timeout_s: float,
-    read_timeout_s: float | None = None,
-    deadlines: Deadlines | None = None,
     high_water: int,
-    stop_after: Callable[[bytes, bytes], bool] = _never,
-    on_connected: Callable[[], None] | None = None,
-) -> StreamResponse:
-    """Send ``method`` with ``body`` to ``url`` (``http://host:port/path?query``) on a new
-    connection and return once the response head has arrived. ``deadlines`` bound the
-    answer (else just ``read_timeout_s`` between reads). ``headers`` must not carry Host,
-    Content-Length or other hop-by-hop headers: this client writes its own.
-    ``on_connected`` is called once the connection is up, just before the request is
-    written: cancelled before that, nothing reached the server."""
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise httpx.UnsupportedProtocol(f"only http:// URLs are streamed, got {url!r}")
-    host, port = parts.hostname, parts.port or 80
-    loop = asyncio.get_running_loop()
-    if deadlines is None:
-        read = Limit("read_timeout_s", read_timeout_s) if read_timeout_s is not None else None
-        deadlines = Deadlines(read)
+    limit: int,
+    stop_after: Callable[[bytes, bytes], bool],
+) -> Response:
+    """POST ``body`` to ``url`` on its own connection and answer the client as ``policy``
+    says; an answer other than 200 is read whole (at most ``limit`` bytes)."""
+    return await SplicedResponse(policy).open(
+        url,
+        body,
+        headers,
+        deadlines=deadlines,
+        connect_timeout_s=connect_timeout_s,
+        high_water=high_water,
+        limit=limit,
+        stop_after=stop_after,
+    )
 
-    def protocol() -> StreamResponse:
-        return StreamResponse(deadlines, high_water, stop_after, head_only=method == "HEAD")
 
-    try:
-        async with asyncio.timeout(connect_timeout_s):
-            _, response = await loop.create_connection(protocol, host, port)
-    except TimeoutError:
-        raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
-    except OSError as exc:
-        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
-    target = parts.path or "/"
-    if parts.query:
-        target += "?" + parts.query
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}"]
-    for name, value in headers:
-        if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
-            continue  # never let a header value split the request
-        lines.append(f"{name}: {value}")
-    if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
-        lines.append(f"Content-Length: {len(body)}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
-    if on_connected is not None:
-        on_connected()
-    response.send(head + body)
-    try:
-        await response.wait_head()
-    except BaseException:
-        response.close()
-        raise
-    return response
+class SplicedResponse(Response):
+    """The client's side of a :func:`relay_stream`: head, body as it comes, the policy's
+    last bytes; the upstream is closed and the policy finished however it ends."""
+
+    def __init__(self, policy: StreamPolicy) -> None:
+        # Not Response.__init__: a body would give the answer a Content-Length.
+        self.status_code = 200
+        self.background = None
+        self.init_headers(policy.headers)
+        self._policy = policy
+        self._upstream: StreamResponse | None = None
+        self._first = b""
+
+    async def open(
+        self,
+        url: str,
+        body: bytes,
+        headers: Iterable[tuple[str, str]],
+        *,
+        deadlines: Deadlines,
+        connect_timeout_s: float,
+        high_water: int,
+        limit: int,
+        stop_after: Callable[[bytes, bytes], bool],
+    ) -> Response:
+        """Send the request and read what the answer needs: this response once the head
+        is 200 (and the first bytes came, when the policy waits for them), else the
+        policy's answer to the refusal."""
+        policy = self._policy
+        try:
+            try:
+                upstream = await open_stream(
+                    url,
+                    body,
+                    headers,
+                    connect_timeout_s=connect_timeout_s,
+                    deadlines=deadlines,
+                    high_water=high_water,
+                    stop_after=stop_after,
+                )
+            except SieError:
+                raise
+            except Exception as exc:
+                raise policy.failure(exc, answered=False) from exc
+            policy.opened(upstream.status, upstream.close)
+            try:
+                if upstream.status != 200:
+                    content = await upstream.read_all(limit)
+                    upstream.close()
+                    answer = policy.refused(upstream.status, content)
+                    policy.finished()
+                    return answer
+                self._first = await upstream.take() if policy.wait_first else b""
+                if upstream.error is not None:
+                    raise upstream.error
+            except SieError:
+                upstream.close()
+                raise
+            except Exception as exc:
+                upstream.close()
+                raise policy.failure(exc, answered=False) from exc
+        except BaseException:
+            policy.finished()
+            raise
+        self._upstream = upstream
+        return self
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = ClientWatch(receive)
+        try:
+            await self._relay(scope, send, watch)
+        except asyncio.CancelledError:
+            if not watch.caught():
+                raise
+        finally:
+            watch.stop()
+            if self._upstream is not None:
+                self._upstream.close()
+            self._policy.finished()
+
+    async def _relay(self, scope: Scope, send: Send, watch: ClientWatch) -> None:
+        policy, upstream = self._policy, self._upstream
+        assert upstream is not None, "open() comes first"
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        error: SieError | None = None
+        try:
+            first = policy.feed(self._first) if self._first else b""
+            if first:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+            await relay_body(upstream, scope, send, policy.feed)
+        except SieError as exc:
+            error = exc
+        except Exception as exc:
+            error = policy.failure(exc, answered=True)
+        tail = policy.end(error)
+        watch.stop()
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
 async def relay_body(

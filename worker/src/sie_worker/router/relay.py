@@ -1,7 +1,7 @@
 """Relay one request to the slot the policy picks: the router's side of
 :mod:`sie_worker.http.relay` (which streams the answer without buffering).
 
-Each relayed request gets its own connection to the slot (``sie_worker.http.splice``,
+Each relayed request gets its own connection to the slot (``sie_worker.http.upstream``,
 parsed by httptools), closed once the answer is complete: httpx's pool bookkeeping and
 per-chunk parsing were most of the router's CPU with many streams (``docs/benchmarks.md``).
 A slot that refuses a connection leaves rotation; a request that never reached its worker
@@ -18,7 +18,7 @@ from typing import Any
 
 from sie_worker.http import relay as _relay
 from sie_worker.http.relay import RelayLimits, Upstream
-from sie_worker.http.splice import StreamResponse, open_stream
+from sie_worker.http.upstream import StreamResponse, open_stream
 from sie_worker.router.policy import Decision
 from sie_worker.router.state import SlotTable
 
