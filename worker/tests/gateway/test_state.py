@@ -7,16 +7,10 @@ from pathlib import Path
 import pytest
 
 from sie_worker.gateway.metrics import GatewayMetrics
+from sie_worker.gateway.pod_poll import parse_pod_devices, parse_pod_models, parse_slot_width
 from sie_worker.gateway.pools import PoolSpec
 from sie_worker.gateway.settings import GatewaySettings
-from sie_worker.gateway.state import (
-    Endpoint,
-    Fleet,
-    PodPoll,
-    parse_pod_devices,
-    parse_pod_models,
-    parse_slot_width,
-)
+from sie_worker.gateway.state import Endpoint, Fleet, PodPoll
 
 SPEC = PoolSpec("l4", "sglang", "l4", "l4", slots=2, service="s", port=1)
 KEY = SPEC.key

@@ -28,7 +28,6 @@ from sie_worker.gateway.state import Fleet
 __all__ = [
     "SESSION_FIELDS",
     "Selection",
-    "listings",
     "model_width",
     "select_pools",
     "selection",
@@ -53,7 +52,7 @@ def selection(
     groups = select_pools(
         specs,
         catalogue,
-        listings(fleet),
+        fleet.listings(),
         model,
         width=width,
         pool=headers.get("x-sie-pool"),
@@ -67,19 +66,7 @@ def model_width(catalogue: Catalogue, fleet: Fleet, model: str) -> int:
     info = catalogue.models.get(model)
     if info is not None:
         return info.width
-    widths = [
-        p.widths[model] for g in fleet.groups.values() for p in g.pods.values() if model in p.widths
-    ]
-    return max(widths, default=1)
-
-
-def listings(fleet: Fleet) -> dict[PoolKey, frozenset[str] | None]:
-    """Per pool x bundle, the models its polled pods list (None while none answers)."""
-    found: dict[PoolKey, frozenset[str] | None] = {}
-    for key, group in fleet.groups.items():
-        polled = [p for p in group.pods.values() if p.answering and not p.removed]
-        found[key] = frozenset(m for p in polled for m in p.models) if polled else None
-    return found
+    return fleet.width_of(model) or 1
 
 
 def session_key(headers: Mapping[str, str], payload: Mapping[str, Any] | None) -> str | None:

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sie_worker.gateway.policy import REASONS
 from sie_worker.gateway.pools import PoolKey
+from sie_worker.metric_children import Children
 
 __all__ = ["HOLD_OUTCOMES", "GatewayMetrics"]
 
@@ -75,6 +76,10 @@ class GatewayMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
             registry=r,
         )
+        # Children of the per-request series, looked up once each.
+        self.requests_of = Children(self.requests)  # (pool, bundle, code)
+        self.decisions_of = Children(self.decisions)  # (pool, bundle, reason)
+        self.duration_of = Children(self.duration)  # (pool, bundle)
         for key in keys:
             pool = {"pool": key.pool, "bundle": key.bundle}
             self.inflight.labels(**pool).set(0)

@@ -241,7 +241,7 @@ def _route(
 
     def done(seconds: float) -> None:
         key = picked[-1] if picked else chosen.groups[0]
-        gateway.gauges.duration.labels(pool=key.pool, bundle=key.bundle).observe(seconds)
+        gateway.gauges.duration_of(key.pool, key.bundle).observe(seconds)
 
     return RelayResponse(upstream, route, gateway.limits, on_done=done, arrived=time.monotonic())
 

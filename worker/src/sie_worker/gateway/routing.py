@@ -138,9 +138,7 @@ class PodDispatch:
             (b"x-sie-pod-reason", self.decision.reason.encode()),
         ]
         metrics = self.fleet.metrics
-        metrics.decisions.labels(
-            pool=key.pool, bundle=key.bundle, reason=self.decision.reason
-        ).inc()
+        metrics.decisions_of(key.pool, key.bundle, self.decision.reason).inc()
         self.fleet.dispatched(self.pod, self.model, self.decision.reason)
 
     @property
@@ -171,7 +169,7 @@ class PodDispatch:
 
     def answered(self, status: int) -> None:
         key = self.pod.key
-        self.fleet.metrics.requests.labels(pool=key.pool, bundle=key.bundle, code=str(status)).inc()
+        self.fleet.metrics.requests_of(key.pool, key.bundle, str(status)).inc()
 
     def finished(self, *, status: int | None) -> None:
         self.fleet.finished(self.pod, self.model, served=status is not None and status < 400)

@@ -208,8 +208,7 @@ class _Router:
         if named is None:
             await self._first_poll()
             # A LoRA adapter's request (model:adapter) goes where its base model is.
-            known = {m for view in self.table.views() for m in view.models}
-            split = split_model(model, known)
+            split = split_model(model, self.table.known_models())
             model = split[0] if split is not None else model
         upstream = Upstream(
             upstream.method, upstream.target, upstream.headers, upstream.body, model
@@ -223,7 +222,7 @@ class _Router:
         generate = request.url.path.startswith("/v1/generate/")
         await self._first_poll()
         asked = request.path_params["model"]
-        known = {m for view in self.table.views() for m in view.models}
+        known = self.table.known_models()
         model = resolve_model_id(asked, known, generate=generate) or asked
         upstream = await self._upstream(request, model=None)
         upstream = Upstream(

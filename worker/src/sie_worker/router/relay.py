@@ -71,7 +71,7 @@ class _SlotDispatch:
         self.table.mark_down(self.decision.slot, reason)
 
     def answered(self, status: int) -> None:
-        self.table.metrics.requests.labels(slot=str(self.decision.slot), status=str(status)).inc()
+        self.table.metrics.requests_of(self.decision.slot, status).inc()
 
     def finished(self, *, status: int | None) -> None:
         self.table.finished(
@@ -97,7 +97,7 @@ class RelayResponse(_relay.RelayResponse):
 
         async def route_slot(exclude: frozenset[Hashable]) -> _relay.Dispatch:
             decision = await route(frozenset(k for k in exclude if isinstance(k, int)))
-            table.metrics.decisions.labels(reason=decision.reason).inc()
+            table.metrics.decisions_of(decision.reason).inc()
             table.dispatched(decision.slot, upstream.model, decision.reason)
             # A request for a model that is not ready waits for it: counted as queued.
             queued = upstream.model is not None and decision.reason != "ready"
