@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import anyio
 import httpx
 import pytest
 import uvicorn
+from packaging.requirements import Requirement
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -45,6 +47,15 @@ def test_every_lock_pins_that_release() -> None:
             pins[lock.name] = found[0]
     assert {"dev.txt", "worker.txt", "bundle-default.txt", "bundle-sglang.txt"} <= set(pins)
     assert set(pins.values()) == {VERIFIED_UVICORN}, pins
+
+
+def test_the_package_takes_no_other_minor_release_of_uvicorn() -> None:
+    project = tomllib.loads((REQUIREMENTS.parent / "worker" / "pyproject.toml").read_text())
+    deps = project["project"]["dependencies"]
+    (spec,) = [Requirement(d) for d in deps if d.startswith("uvicorn")]
+    major, minor, _ = VERIFIED_UVICORN.split(".")
+    assert spec.specifier.contains(VERIFIED_UVICORN)
+    assert not spec.specifier.contains(f"{major}.{int(minor) + 1}.0")
 
 
 def test_the_cycle_has_what_the_wire_uses() -> None:
