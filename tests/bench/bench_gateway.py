@@ -148,7 +148,9 @@ def bench_streams(
     profiles: list[dict[str, Any]] = []
     nginx_version = None
     with services() as running:
-        models = [fake_model(MODEL), fake_model(_INTERVAL_MODEL, stream_interval=STREAM_INTERVAL)]
+        models = [fake_model(MODEL)]
+        if _INTERVAL_PATH in args.paths:
+            models.append(fake_model(_INTERVAL_MODEL, stream_interval=STREAM_INTERVAL))
         worker = start_worker(
             "gateway-bench-worker",
             OUT / "gateway-configs",
@@ -159,7 +161,11 @@ def bench_streams(
         running.append(worker)
         engine_pid = bs._with_engine(worker, pinned)
         engine_url = f"http://127.0.0.1:{bs._engine_of(worker)[1]}"
-        interval_pid = _load(worker, _INTERVAL_MODEL, pinned, {engine_pid})
+        interval_pid = (
+            _load(worker, _INTERVAL_MODEL, pinned, {engine_pid})
+            if _INTERVAL_PATH in args.paths
+            else engine_pid
+        )
         router = bs._start_router(worker, proxy)
         running.append(router)
         gateway = _start_gateway(router, client)
@@ -190,7 +196,7 @@ def bench_streams(
                 model=_INTERVAL_MODEL, hops={"gateway": g, "router": r, "worker": w},
             ),
         }  # fmt: skip
-        binary = bs._nginx_binary(args.nginx)
+        binary = bs._nginx_binary(args.nginx) if "nginx" in args.paths else None
         if binary is not None:
             nginx, nginx_version = bs._start_nginx(binary, int(engine_url.rsplit(":", 1)[1]), proxy)
             running.append(nginx)
@@ -198,7 +204,7 @@ def bench_streams(
             paths["nginx"] = bs.Path_(
                 "nginx", nginx.url, pids, engine_pid, binary, hops={"nginx": pids}
             )
-        order = [p for p in _PATHS if p in paths]
+        order = [p for p in _PATHS if p in paths and (p in args.paths or p == "direct")]
         for streams in args.streams:
             tries: dict[str, list[dict[str, Any]]] = {p: [] for p in order}
             for _ in range(args.repeats):
@@ -559,6 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--no-doc", action="store_true", help="leave docs/benchmarks.md alone")
     parser.add_argument("--nginx", default=None, help="nginx binary (default: PATH, out/nginx)")
+    parser.add_argument(
+        "--paths", nargs="+", default=list(_PATHS), choices=_PATHS, help="paths measured"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.duration, args.decisions = 1, 2.0, 2000
