@@ -7,10 +7,11 @@ body goes from that socket to the client's through :func:`sie_worker.http.splice
 the client is behind, so a slow client slows its stream instead of growing memory;
 ``docs/benchmarks.md``).
 
-The whole exchange runs inside a cancel scope that the client going away cancels (the
-upstream request is closed, so the engine stops working for nobody); each try runs in its
-own scope that the backend leaving rotation cancels (the app calls the abort callbacks it
-registered in :attr:`Dispatch.aborts`). A try that never reached the backend (its
+The client going away cancels the whole exchange (:class:`~sie_worker.http.splice.
+ClientWatch`: the upstream request is closed, so the engine stops working for nobody); the
+backend leaving rotation cancels the try alone (a :class:`~sie_worker.http.splice.
+TaskCancel` the app calls among the abort callbacks registered in
+:attr:`Dispatch.aborts`). A try that never reached the backend (its
 connection was refused, or was still being made when the backend left rotation) is routed
 again without that backend; one already written ends with ``engine_unavailable`` (before
 the answer's head), an SSE error event (mid stream) or an aborted connection (mid body).
