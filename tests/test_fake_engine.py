@@ -533,6 +533,19 @@ def test_token_delay_spaces_the_stream_events(fake_engine_factory: FakeEngineFac
     assert elapsed >= 0.9 * 0.05 * 5  # a lower bound: six events, five gaps
 
 
+def test_stream_interval_puts_n_tokens_in_each_event_as_sglang_does(
+    fake_engine_factory: FakeEngineFactory,
+) -> None:
+    engine = fake_engine_factory("--stream-interval", "4")
+    body = {"prompt": "p q r", "stream": True, "fake": {"fast": True, "tokens": 10}}
+    chunks = _payloads(httpx.post(f"{engine.url}/v1/completions", json=body).content)
+    texts = [chunk["choices"][0]["text"] for chunk in chunks[:-1]]
+    # The first token alone, then at 4 and 8 tokens, the remainder with the last.
+    assert [len(t.split()) for t in texts] == [1, 3, 4, 2]
+    assert "".join(texts) == fake_text("p q r", 10)
+    assert chunks[-1]["choices"][0]["finish_reason"] is not None
+
+
 def test_delay_s_holds_back_the_headers(engine: FakeEngine, client: httpx.Client) -> None:
     slow = {"prompt": "a", "fake": {"delay_s": 2}}
     with pytest.raises(httpx.ReadTimeout):

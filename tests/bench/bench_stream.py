@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,8 @@ class Path_:
     cpu_pids: list[int]  # the proxy tier's processes (none for direct)
     engine_pid: int
     command: str
+    model: str = MODEL
+    hops: dict[str, list[int]] = field(default_factory=dict)  # hop -> its processes
 
     @property
     def url(self) -> str:
@@ -206,7 +208,7 @@ def _cell(path: Path_, mode: Mode, streams: int, args: argparse.Namespace) -> di
         "--url",
         path.url,
         "--model",
-        MODEL,
+        path.model,
         "--concurrency",
         str(streams),
         "--duration",
@@ -225,10 +227,14 @@ def _cell(path: Path_, mode: Mode, streams: int, args: argparse.Namespace) -> di
         if line.startswith("# window start"):
             cpu["proxy0"] = cpu_seconds(path.cpu_pids)
             cpu["engine0"] = cpu_seconds([path.engine_pid])
+            for hop, pids in path.hops.items():
+                cpu[f"{hop}0"] = cpu_seconds(pids)
             cores0 = psutil.cpu_times(percpu=True)
         elif line.startswith("# window end"):
             cpu["proxy1"] = cpu_seconds(path.cpu_pids)
             cpu["engine1"] = cpu_seconds([path.engine_pid])
+            for hop, pids in path.hops.items():
+                cpu[f"{hop}1"] = cpu_seconds(pids)
             cores1 = psutil.cpu_times(percpu=True)
         elif line.startswith("{"):
             result = json.loads(line)
@@ -247,6 +253,10 @@ def _cell(path: Path_, mode: Mode, streams: int, args: argparse.Namespace) -> di
             "engine_cpu_share": engine_cpu / args.duration,
             "core_busy": busy,  # each CPU's busy share in the window, everyone's work included
             "engine_cpu_us_per_event": engine_cpu / events * 1e6,
+            # Each hop's own CPU per relayed event, in the same window.
+            "hop_cpu_us_per_event": {
+                hop: (cpu[f"{hop}1"] - cpu[f"{hop}0"]) / events * 1e6 for hop in path.hops
+            },
         }
     )
     return result

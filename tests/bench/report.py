@@ -556,7 +556,7 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         "generators: the upstream side (`Response.aiter_raw`) was "
         f"{focus('worker@baseline fast', upstream_httpx)} of the baseline's samples with a "
         f"fast engine, {per_event('worker@baseline fast', upstream_httpx)}. "
-        "**Fix:** streams go through `sie_worker.http.stream_client`, an asyncio "
+        "**Fix:** streams go through `sie_worker.http.upstream`, an asyncio "
         "protocol that sends the one request and lets httptools (the C parser uvicorn "
         "already uses) undo the chunked framing; its buffer is what the relay takes from. "
         f"The upstream side (`{upstream_raw}`) is now "

@@ -19,9 +19,12 @@ HTTP surface on ``--host``/``--port`` (HTTP/1.1, keep-alive, chunked streaming):
 - ``POST /v1/completions``, ``/v1/chat/completions``: OpenAI shapes with ``usage``; with
   ``stream: true`` server-sent events ``data: {...}\\n\\n`` ending with ``data: [DONE]\\n\\n``
   (chat: a role chunk, one chunk per token, a finish chunk; a usage chunk when
-  ``stream_options.include_usage``). The text echoes the prompt's words, cycled to the token
-  count: see ``fake_text`` (the last message's text for chat). Token count: ``fake.tokens``,
-  else ``max_tokens`` (chat also ``max_completion_tokens``), else 16.
+  ``stream_options.include_usage``). With ``--stream-interval N`` events carry N tokens, as
+  SGLang's do: the first token alone, then one event each time the output reaches a multiple
+  of N (taking N token delays), the remainder with the last. The text echoes the prompt's
+  words, cycled to the token count: see ``fake_text`` (the last message's text for chat).
+  Token count: ``fake.tokens``, else ``max_tokens`` (chat also ``max_completion_tokens``),
+  else 16.
 - ``POST /v1/embeddings``: only with ``--is-embedding`` (else 400 with SGLang's message);
   unit vectors from ``fake_embedding``; ``encoding_format: "base64"`` and ``dimensions``.
 - ``GET /metrics``: only with ``--enable-metrics`` (else 404, as SGLang), SGLang-shaped
@@ -286,6 +289,7 @@ class EngineArgs:
     explicit: Mapping[str, Any] = field(default_factory=dict)
     unknown: tuple[str, ...] = ()
     loras: tuple[str, ...] = ()  # the adapter names of --lora-paths, as SGLang names them
+    stream_interval: int = 1  # --stream-interval: tokens per stream event after the first
 
 
 def _lora_names(paths: object) -> tuple[str, ...]:
@@ -327,6 +331,7 @@ def _minimal_parser() -> argparse.ArgumentParser:
     parser.add_argument("--enable-lora", action="store_true", default=None)
     parser.add_argument("--lora-paths", nargs="*", default=None)
     parser.add_argument("--max-loras-per-batch", type=int, default=8)
+    parser.add_argument("--stream-interval", type=int, default=1)
     return parser
 
 
@@ -380,6 +385,7 @@ def parse_engine_argv(argv: Sequence[str], parser_mode: str = "auto") -> EngineA
         loras=_lora_names(values.get("lora_paths"))
         if values.get("enable_lora") is not False
         else (),
+        stream_interval=max(1, int(values.get("stream_interval") or 1)),
     )
 
 
@@ -841,6 +847,7 @@ class _Engine:
             prompt=prompt,
             n=n,
             finish=finish,
+            interval=self.args.stream_interval,
             usage={
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": n,
@@ -953,14 +960,14 @@ class _Engine:
             delay = self.knobs.token_delay_s
         stall, die = options.stall_after, options.die_after
         index = 0
-        for index, chunk in enumerate(reply.events(options, include_usage)):
+        for index, (chunk, tokens) in enumerate(reply.events(options, include_usage)):
             if index == die:
                 await self._die(ex, f"died after {index} stream events (fake.die_after)", 1)
             if index == stall:
                 await self._stall(ex)
                 return False
             if delay and index:
-                await asyncio.sleep(delay)
+                await asyncio.sleep(delay * max(tokens, 1))
             if transport.is_closing() or ex.reader.at_eof():
                 self.cancelled += 1
                 return False
@@ -1102,6 +1109,7 @@ class _Reply:
     n: int
     finish: str
     usage: dict[str, int]
+    interval: int = 1  # --stream-interval
 
     def _chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
         kind = "chat.completion.chunk" if self.chat else "text_completion"
@@ -1149,12 +1157,15 @@ class _Reply:
             "usage": self.usage,
         }
 
-    def events(self, options: FakeOptions, include_usage: bool) -> Iterator[bytes]:
-        """Every framed HTTP chunk of the stream, [DONE] included."""
+    def events(self, options: FakeOptions, include_usage: bool) -> Iterator[tuple[bytes, int]]:
+        """Every framed HTTP chunk of the stream, [DONE] included, with the tokens each one
+        carries (they take that many token delays to generate). As SGLang streams with
+        ``--stream-interval N``: the first token at once, then an event each time the output
+        reaches a multiple of N tokens, and the rest with the last."""
         if options.malformed == "sse":
-            yield _sse(self._chunk(self._token_choice("ok")))
-            yield _frame(b"this line has no field name\n")
-            yield _frame(b'data: {"id": "' + self.request_id.encode() + b'", "choices": [')
+            yield _sse(self._chunk(self._token_choice("ok"))), 1
+            yield _frame(b"this line has no field name\n"), 0
+            yield _frame(b'data: {"id": "' + self.request_id.encode() + b'", "choices": ['), 0
             return
         if self.chat:
             role = {
@@ -1163,26 +1174,38 @@ class _Reply:
                 "logprobs": None,
                 "finish_reason": None,
             }
-            yield _sse(self._chunk(role))
+            yield _sse(self._chunk(role)), 0
         words = self.prompt.split() or ["fake"]
-        cache: dict[int, bytes] = {}  # one framed event per distinct word: the hot loop only writes
-        for i in range(self.n):
-            slot = i % len(words) if i else -1
-            chunk = cache.get(slot)
-            if chunk is None:
-                text = words[0] if i == 0 else " " + words[slot]
-                if options.malformed == "huge_chunk" and i == 0:
-                    text = "x" * options.huge_bytes
-                chunk = _sse(self._chunk(self._token_choice(text)))
-                if options.malformed == "json":
-                    chunk = _frame(b"data: {not json\n\n")
-                cache[slot] = chunk
-            yield chunk
-        yield _sse(self._chunk(self._token_choice("", self.finish)))
+        if self.interval > 1 and options.malformed is None:
+            yield from self._grouped(words)
+        else:
+            cache: dict[int, bytes] = {}  # one framed event per distinct word: the loop only writes
+            for i in range(self.n):
+                slot = i % len(words) if i else -1
+                chunk = cache.get(slot)
+                if chunk is None:
+                    text = words[0] if i == 0 else " " + words[slot]
+                    if options.malformed == "huge_chunk" and i == 0:
+                        text = "x" * options.huge_bytes
+                    chunk = _sse(self._chunk(self._token_choice(text)))
+                    if options.malformed == "json":
+                        chunk = _frame(b"data: {not json\n\n")
+                    cache[slot] = chunk
+                yield chunk, 1
+        yield _sse(self._chunk(self._token_choice("", self.finish))), 0
         if include_usage:
             base = self._chunk({})
-            yield _sse(base | {"choices": [], "usage": self.usage})
-        yield _DONE
+            yield _sse(base | {"choices": [], "usage": self.usage}), 0
+        yield _DONE, 0
+
+    def _grouped(self, words: list[str]) -> Iterator[tuple[bytes, int]]:
+        tokens = fake_tokens(self.prompt, self.n)
+        start = 0
+        for end in range(1, self.n + 1):
+            if end == 1 or end % self.interval == 0 or end == self.n:
+                text = "".join(tokens[start:end])
+                yield _sse(self._chunk(self._token_choice(text))), end - start
+                start = end
 
 
 # --------------------------------------------------------------------------- startup

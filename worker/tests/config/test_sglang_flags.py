@@ -55,6 +55,7 @@ VALID: dict[str, Any] = {
     "grammar_backend": None,
     "reasoning_parser": "qwen3",
     "tool_call_parser": "qwen3_coder",
+    "stream_interval": 4,
     "speculative": {
         "enabled": True,
         "algorithm": "nextn",
@@ -102,6 +103,7 @@ INVALID: dict[str, list[Any]] = {
     "grammar_backend": ["xgramar", "", 1],
     "reasoning_parser": ["qwen", None, ""],
     "tool_call_parser": ["qwen4", None],
+    "stream_interval": [0, -1, "4", 2.5, True, None],
     "speculative": [
         "on",
         {"enabled": "yes"},

@@ -112,6 +112,7 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
     "loadtime-extra-args": {
         "loadtime": {"extra_launch_args": ["--stream-interval", "8"], "extra_env": {"A": "1"}}
     },
+    "stream-interval": {"generation_only": True, "loadtime": {"stream_interval": 4}},
     # LoRA adapters in SIE's mapping form and SGLang's list forms (a pinned one as JSON).
     "lora-sie": {
         "loadtime": {
@@ -376,6 +377,7 @@ def test_sglang_reads_sie_s_options_as_the_flags_they_mean(release: dict[str, An
                             "speculative_draft_model_path": "test/draft",
                             "speculative_draft_model_revision": SHA},
         "loadtime-extra-args": {"stream_interval": 8},
+        "stream-interval": {"stream_interval": 4},
     }  # fmt: skip
     checked = 0
     for (name, _), result in zip(release["cases"], release["argvs"], strict=True):

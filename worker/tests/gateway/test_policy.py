@@ -30,9 +30,10 @@ def pod(
     free_run: int = 0,
     up: bool = True,
     slots: int = 1,
+    slot_width: int = 8,
     **models: str,
 ) -> PodView:
-    return PodView(name, up, slots, outstanding, dict(models), free_run)
+    return PodView(name, up, slots, outstanding, dict(models), free_run, slot_width)
 
 
 def group(*pods: PodView, key: str = "g", order: int = 0) -> GroupView:
@@ -48,6 +49,7 @@ pods_strategy = st.lists(
         outstanding=st.integers(0, 20),
         models=st.dictionaries(st.sampled_from(MODELS), st.sampled_from(STATES), max_size=3),
         free_run=st.integers(0, 4),
+        slot_width=st.integers(1, 4),
     ),
     max_size=8,
     unique_by=lambda p: p.name,
@@ -58,19 +60,23 @@ groups_strategy = st.lists(pods_strategy, min_size=1, max_size=3).map(
 sessions = st.none() | st.text(min_size=1, max_size=8)
 
 
-def _candidates(g: GroupView, exclude: Sequence[str] = ()) -> list[PodView]:
-    return [p for p in g.pods if p.up and p.name not in exclude]  # type: ignore[misc]
+def _candidates(g: GroupView, exclude: Sequence[str] = (), width: int = 1) -> list[PodView]:
+    return [
+        p  # type: ignore[misc]
+        for p in g.pods
+        if p.up and p.name not in exclude and p.slot_width >= width
+    ]
 
 
 # -- properties -----------------------------------------------------------------------------
 
 
 @given(groups_strategy, st.sampled_from(MODELS), st.integers(1, 4), sessions, st.integers(1, 8))
-def test_a_decision_exists_exactly_when_some_pod_answers(
+def test_a_decision_exists_exactly_when_some_pod_answers_with_slots_wide_enough(
     groups: list[GroupView], model: str, width: int, session: str | None, target: int
 ) -> None:
     decision = choose(model, width, groups, session=session, slot_target=target)
-    assert (decision is None) == all(not _candidates(g) for g in groups)
+    assert (decision is None) == all(not _candidates(g, width=width) for g in groups)
 
 
 @given(groups_strategy, st.sampled_from(MODELS), st.integers(1, 4), sessions, st.integers(1, 8))
@@ -81,7 +87,7 @@ def test_the_chosen_pod_answers_fits_the_bound_and_has_the_best_fitting_tier(
     if decision is None:
         return
     chosen_group = next(g for g in groups if g.key == decision.group)
-    candidates = _candidates(chosen_group)
+    candidates = _candidates(chosen_group, width=width)
     chosen = next(p for p in candidates if p.name == decision.pod)
     cap = load_cap(sum(p.outstanding for p in candidates), len(candidates))
     assert fits(chosen, cap, target)
@@ -176,6 +182,17 @@ def test_ready_beats_loading_beats_free_slot_beats_the_rest() -> None:
 def test_a_free_run_narrower_than_the_model_is_no_free_slot() -> None:
     pods = [pod("a", free_run=1, outstanding=1), pod("b", free_run=2, outstanding=2)]
     assert choose("m", 2, [group(*pods)]) == Decision("g", "b", "free_slot")
+
+
+def test_a_pod_whose_slots_are_narrower_than_the_model_is_never_a_candidate() -> None:
+    # It lists the model (every worker lists every config) and is idle: still not a pod
+    # that can hold a width-2 model, so the request waits for one that can.
+    narrow = pod("a", slot_width=1, free_run=1, m="unloaded")
+    assert choose("m", 2, [group(narrow)]) is None
+    assert choose("m", 2, [group(narrow, pod("b", slot_width=4, outstanding=9))]) == Decision(
+        "g", "b", "least_outstanding"
+    )
+    assert choose("m", 1, [group(narrow)]) == Decision("g", "a", "free_slot")
 
 
 def test_a_busy_pod_with_the_model_spills_to_an_idle_pod_once_over_the_bound() -> None:

@@ -9,9 +9,10 @@ import pytest
 
 from sie_worker.errors import NoPool, Provisioning, QueueFull, UnknownModel, UnknownPool
 from sie_worker.gateway.catalogue import Catalogue
+from sie_worker.gateway.choice import Selection, select_pools
 from sie_worker.gateway.metrics import GatewayMetrics
 from sie_worker.gateway.pools import PoolKey, PoolSpec
-from sie_worker.gateway.routing import Holder, Selection, select_pools
+from sie_worker.gateway.routing import Holder
 from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.gateway.state import Endpoint, Fleet, PodPoll
 

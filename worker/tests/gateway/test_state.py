@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from sie_worker.gateway.metrics import GatewayMetrics
+from sie_worker.gateway.pod_poll import parse_pod_devices, parse_pod_models, parse_slot_width
 from sie_worker.gateway.pools import PoolSpec
 from sie_worker.gateway.settings import GatewaySettings
-from sie_worker.gateway.state import Endpoint, Fleet, PodPoll, parse_pod_devices, parse_pod_models
+from sie_worker.gateway.state import Endpoint, Fleet, PodPoll
 
 SPEC = PoolSpec("l4", "sglang", "l4", "l4", slots=2, service="s", port=1)
 KEY = SPEC.key
@@ -99,3 +100,10 @@ def test_lora_adapters_listed_by_a_pod_are_not_models_of_their_own() -> None:
         ]
     }
     assert parse_pod_models(listed) == ({"a": "ready"}, {"a": 1})
+
+
+def test_a_pod_router_answer_gives_the_devices_of_its_widest_slot() -> None:
+    devices = [{"device": f"cuda:{i}", "slot": i // 2, "model": None} for i in range(4)]
+    assert parse_slot_width({"devices": devices}) == 2
+    assert parse_slot_width({"devices": [{"device": "cuda:0"}, {"device": "cuda:1"}]}) == 2
+    assert parse_slot_width({"devices": []}) == 0

@@ -7,17 +7,16 @@ import itertools
 import json
 import socket
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 from starlette.applications import Starlette
-from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
+from tests.support.proxy_app import BOTH_PATHS, EVERY_LOOP, Releases, client_of, proxy_app
 from tests.support.scripted_engine import DROP, HANG, answer_with, scripted_engine
 
-from sie_worker.http.stream_client import StreamResponse
-from sie_worker.worker.proxy import Lease, _relay_events
+from sie_worker.worker.events import EventCheck
 
 pytestmark = EVERY_LOOP
 
@@ -27,10 +26,8 @@ def _mocked(handler: Callable[[httpx.Request], httpx.Response], releases: Releas
     return proxy_app("http://engine", releases, transport=httpx.MockTransport(handler))
 
 
-async def _post(app: Starlette, stream: bool = False) -> httpx.Response:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://worker"
-    ) as client:
+async def _post(app: Starlette, stream: bool = False, over: str = "asgi") -> httpx.Response:
+    async with client_of(app, over) as client:
         return await client.post(
             "/v1/completions", json={"model": "org/m", "prompt": "x", "stream": stream}
         )
@@ -120,12 +117,13 @@ def _error_event(text: str) -> dict[str, Any]:
     return error
 
 
+@BOTH_PATHS
 @pytest.mark.anyio
-async def test_stream_relays_whole_events_even_when_split_across_chunks() -> None:
+async def test_stream_relays_whole_events_even_when_split_across_chunks(over: str) -> None:
     script = answer_with(b'data: {"a"', b': 1}\n\ndata: {"b": 2}\n', b"\ndata: [DONE]\n\n")
     releases = Releases()
     async with scripted_engine(script) as engine:
-        response = await _post(proxy_app(engine.base_url, releases), stream=True)
+        response = await _post(proxy_app(engine.base_url, releases), stream=True, over=over)
         assert engine.requests[0].headers["x-request-id"] == "rid-1"
         assert json.loads(engine.requests[0].body)["stream"] is True
     assert response.status_code == 200
@@ -135,23 +133,27 @@ async def test_stream_relays_whole_events_even_when_split_across_chunks() -> Non
     assert releases.count == 1
 
 
+@BOTH_PATHS
 @pytest.mark.anyio
-async def test_a_body_that_ends_with_the_connection_is_relayed_whole() -> None:
+async def test_a_body_that_ends_with_the_connection_is_relayed_whole(over: str) -> None:
     events = b'data: {"a": 1}\n\ndata: [DONE]\n\n'
     releases = Releases()
     async with scripted_engine(answer_with(events[:9], events[9:], chunked=False)) as engine:
-        response = await _post(proxy_app(engine.base_url, releases), stream=True)
+        response = await _post(proxy_app(engine.base_url, releases), stream=True, over=over)
     assert response.text == events.decode()
     assert releases.count == 1
 
 
+@BOTH_PATHS
 @pytest.mark.anyio
-async def test_read_cap_mid_stream_ends_with_one_error_event_at_an_event_boundary() -> None:
+async def test_read_cap_mid_stream_ends_with_one_error_event_at_an_event_boundary(
+    over: str,
+) -> None:
     releases = Releases()
     async with scripted_engine(answer_with(b'data: {"n": 1}\n\ndata: {"partial', HANG)) as engine:
         app = proxy_app(engine.base_url, releases, read_timeout=0.3)
         with anyio.fail_after(10):
-            response = await _post(app, stream=True)
+            response = await _post(app, stream=True, over=over)
             await engine.client_closed.wait()  # the stalled connection was closed
     events = [e for e in response.text.split("\n\n") if e.strip()]
     assert events[0] == 'data: {"n": 1}'
@@ -161,23 +163,27 @@ async def test_read_cap_mid_stream_ends_with_one_error_event_at_an_event_boundar
     assert releases.count == 1
 
 
+@BOTH_PATHS
 @pytest.mark.anyio
-async def test_no_answer_within_the_read_cap_is_a_504_before_the_stream_starts() -> None:
+async def test_no_answer_within_the_read_cap_is_a_504_before_the_stream_starts(over: str) -> None:
     releases = Releases()
     async with scripted_engine(answer_with(HANG, head=b"")) as engine:
         app = proxy_app(engine.base_url, releases, read_timeout=0.3)
         with anyio.fail_after(10):
-            response = await _post(app, stream=True)
+            response = await _post(app, stream=True, over=over)
     assert response.status_code == 504
     assert response.json()["error"]["code"] == "engine_timeout"
     assert releases.count == 1
 
 
+@BOTH_PATHS
 @pytest.mark.anyio
-async def test_an_engine_that_drops_the_connection_mid_stream_ends_it_with_an_error_event() -> None:
+async def test_an_engine_that_drops_the_connection_mid_stream_ends_it_with_an_error_event(
+    over: str,
+) -> None:
     releases = Releases()
     async with scripted_engine(answer_with(b'data: {"n": 1}\n\n', DROP)) as engine:
-        response = await _post(proxy_app(engine.base_url, releases), stream=True)
+        response = await _post(proxy_app(engine.base_url, releases), stream=True, over=over)
     assert response.text.startswith('data: {"n": 1}\n\n')
     error = _error_event(response.text)
     assert error["code"] == "engine_unavailable"
@@ -192,14 +198,15 @@ async def test_an_engine_that_drops_the_connection_mid_stream_ends_it_with_an_er
         (503, b"<html>oops</html>", 502, "engine_unavailable"),
     ],
 )
+@BOTH_PATHS
 @pytest.mark.anyio
 async def test_a_stream_the_engine_refuses_gets_the_engines_error(
-    status: int, body: bytes, expected_status: int, code: str
+    status: int, body: bytes, expected_status: int, code: str, over: str
 ) -> None:
     releases = Releases()
     script = answer_with(body, status=status, headers={"content-type": "application/json"})
     async with scripted_engine(script) as engine:
-        response = await _post(proxy_app(engine.base_url, releases), stream=True)
+        response = await _post(proxy_app(engine.base_url, releases), stream=True, over=over)
     assert response.status_code == expected_status
     assert response.json()["error"]["code"] == code
     assert response.json()["error"]["message"].startswith("org/m: ")
@@ -211,27 +218,54 @@ async def test_a_stream_the_engine_refuses_gets_the_engines_error(
     [b"SPDY/9 200 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n"],
     ids=["not-http", "huge-head"],
 )
+@BOTH_PATHS
 @pytest.mark.anyio
-async def test_an_answer_that_is_not_http_is_a_clean_502(head: bytes) -> None:
+async def test_an_answer_that_is_not_http_is_a_clean_502(head: bytes, over: str) -> None:
     releases = Releases()
     async with scripted_engine(answer_with(HANG, head=head)) as engine:
         with anyio.fail_after(10):
-            response = await _post(proxy_app(engine.base_url, releases), stream=True)
+            response = await _post(proxy_app(engine.base_url, releases), stream=True, over=over)
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "engine_unavailable"
     assert releases.count == 1
 
 
+@BOTH_PATHS
 @pytest.mark.anyio
-async def test_a_stream_to_an_engine_that_is_not_listening_is_a_502() -> None:
+async def test_a_stream_to_an_engine_that_is_not_listening_is_a_502(over: str) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # bound, never listening: connections are refused
         releases = Releases()
-        response = await _post(proxy_app(f"http://127.0.0.1:{port}", releases), stream=True)
+        response = await _post(
+            proxy_app(f"http://127.0.0.1:{port}", releases), stream=True, over=over
+        )
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "engine_unavailable"
     assert releases.count == 1
+
+
+@pytest.mark.parametrize(
+    ("script", "status"),
+    [
+        (answer_with(b'data: {"n": 1}\n\n', b"data: [DONE]\n\n"), "200"),
+        (answer_with(b'data: {"n": 1}\n\n', DROP), "200"),  # failed after the answer began
+        (answer_with(b"{}", status=400, headers={"content-type": "application/json"}), "400"),
+        (answer_with(HANG, head=b""), "504"),
+    ],
+    ids=["done", "dropped-mid-stream", "refused", "silent"],
+)
+@BOTH_PATHS
+@pytest.mark.anyio
+async def test_a_stream_s_lease_records_the_status_the_client_got(
+    script: Any, status: str, over: str
+) -> None:
+    releases = Releases()
+    async with scripted_engine(script) as engine:
+        app = proxy_app(engine.base_url, releases, read_timeout=0.3)
+        with anyio.fail_after(10):
+            await _post(app, stream=True, over=over)
+    assert releases.statuses == [status]
 
 
 @pytest.mark.parametrize(
@@ -242,33 +276,18 @@ async def test_a_stream_to_an_engine_that_is_not_listening_is_a_502() -> None:
         ((b"data: {broken\n\n",), "not JSON"),
     ],
 )
+@BOTH_PATHS
 @pytest.mark.anyio
 async def test_malformed_streams_end_with_an_error_event(
-    chunks: tuple[bytes, ...], what: str
+    chunks: tuple[bytes, ...], what: str, over: str
 ) -> None:
     releases = Releases()
     async with scripted_engine(answer_with(*chunks)) as engine:
-        response = await _post(proxy_app(engine.base_url, releases), stream=True)
+        response = await _post(proxy_app(engine.base_url, releases), stream=True, over=over)
     error = _error_event(response.text)
     assert error["code"] == "engine_unavailable"
     assert what in error["message"]
     assert releases.count == 1
-
-
-class _ScriptedUpstream:
-    """Stands in for a stream_client.StreamResponse: each take() hands over the next piece,
-    so a test decides exactly where the reads split the body."""
-
-    def __init__(self, pieces: list[bytes]) -> None:
-        self._pieces = pieces
-        self.error: Exception | None = None
-
-    @property
-    def drained(self) -> bool:
-        return not self._pieces
-
-    async def take(self) -> bytes:
-        return self._pieces.pop(0)
 
 
 def _pieces(body: bytes, cuts: list[int]) -> list[bytes]:
@@ -277,9 +296,13 @@ def _pieces(body: bytes, cuts: list[int]) -> list[bytes]:
 
 
 async def _relayed(pieces: list[bytes]) -> bytes:
-    lease = Lease(model="org/m", base_url="http://engine", read_timeout_s=None, on_release=int)
-    upstream = cast(StreamResponse, _ScriptedUpstream(pieces))
-    return b"".join([part async for part in _relay_events(upstream, lease)])
+    """What the client gets of a stream whose reads split the body into ``pieces``."""
+    stopped: list[bool] = []
+    check = EventCheck("org/m")
+    check.stop = lambda: stopped.append(True)
+    relayed = b"".join(check.feed(piece) for piece in pieces) + check.end(None)
+    assert stopped == ([True] if check.failed else [])  # a stream the check refuses is stopped
+    return relayed
 
 
 _EIGHT_MIB = 8 * 1024 * 1024

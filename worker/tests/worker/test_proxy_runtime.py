@@ -4,6 +4,7 @@ has started; the engine connection is closed, so SGLang aborts the request)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -11,20 +12,20 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
+from tests.support.proxy_app import BOTH_PATHS, EVERY_LOOP, Releases, client_of, proxy_app
 from tests.support.scripted_engine import HANG, answer_with, scripted_engine
 
 from sie_worker.config.runtime import RequestRuntime, Timeouts
+from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
+from sie_worker.worker.proxy import Lease, _deadlines, _within
 
 pytestmark = EVERY_LOOP
 
 JSON = {"content-type": "application/json"}
 
 
-async def _post(app: Any, body: dict[str, Any]) -> httpx.Response:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://worker"
-    ) as client:
+async def _post(app: Any, body: dict[str, Any], over: str = "asgi") -> httpx.Response:
+    async with client_of(app, over) as client:
         return await client.post("/v1/completions", json={"model": "org/m", **body})
 
 
@@ -103,15 +104,21 @@ CASES: list[tuple[str, Callable[[], Any], dict[str, float], bool, str]] = [
 @pytest.mark.parametrize(
     ("name", "script", "seconds", "stream", "says"), CASES, ids=[c[0] for c in CASES]
 )
+@BOTH_PATHS
 @pytest.mark.anyio
 async def test_a_timeout_before_the_answer_starts_is_a_504_and_closes_the_engine_connection(
-    name: str, script: Callable[[], Any], seconds: dict[str, float], stream: bool, says: str
+    name: str,
+    script: Callable[[], Any],
+    seconds: dict[str, float],
+    stream: bool,
+    says: str,
+    over: str,
 ) -> None:
     releases = Releases()
     async with scripted_engine(script()) as engine:
         app = proxy_app(engine.base_url, releases, read_timeout=30, runtime=_timeouts(**seconds))
         with anyio.fail_after(10):
-            response = await _post(app, {"prompt": "x", "stream": stream})
+            response = await _post(app, {"prompt": "x", "stream": stream}, over)
             await engine.client_closed.wait()
     assert response.status_code == 504
     error = _error(response)
@@ -128,9 +135,10 @@ async def test_a_timeout_before_the_answer_starts_is_a_504_and_closes_the_engine
         ({"inter_chunk_s": 0.3}, "inter_chunk_timeout_s=0.3s"),
     ],
 )
+@BOTH_PATHS
 @pytest.mark.anyio
 async def test_a_timeout_mid_stream_ends_it_with_one_error_event(
-    seconds: dict[str, float], says: str
+    seconds: dict[str, float], says: str, over: str
 ) -> None:
     releases = Releases()
     async with scripted_engine(answer_with(b'data: {"n": 1}\n\n', HANG)) as engine:
@@ -141,7 +149,7 @@ async def test_a_timeout_mid_stream_ends_it_with_one_error_event(
             runtime=_timeouts(first_chunk_s=5, **seconds),
         )
         with anyio.fail_after(10):
-            response = await _post(app, {"prompt": "x", "stream": True})
+            response = await _post(app, {"prompt": "x", "stream": True}, over)
             await engine.client_closed.wait()
     assert response.status_code == 200
     assert response.text.startswith('data: {"n": 1}\n\n')
@@ -151,14 +159,15 @@ async def test_a_timeout_mid_stream_ends_it_with_one_error_event(
     assert releases.count == 1
 
 
+@BOTH_PATHS
 @pytest.mark.anyio
-async def test_a_stream_within_its_limits_is_relayed_whole() -> None:
+async def test_a_stream_within_its_limits_is_relayed_whole(over: str) -> None:
     events = b'data: {"n": 1}\n\ndata: [DONE]\n\n'
     releases = Releases()
     async with scripted_engine(answer_with(events[:7], events[7:])) as engine:
         runtime = _timeouts(first_chunk_s=5, inter_chunk_s=5, overall_s=10)
         app = proxy_app(engine.base_url, releases, runtime=runtime)
-        response = await _post(app, {"prompt": "x", "stream": True})
+        response = await _post(app, {"prompt": "x", "stream": True}, over)
     assert response.text == events.decode()
     assert releases.count == 1
 
@@ -174,3 +183,54 @@ async def test_the_read_cap_still_applies_when_it_is_the_smaller_limit() -> None
             response = await _post(app, {"prompt": "x"})
     assert response.status_code == 504
     assert "request_read_timeout_s=0.3s" in _error(response)["message"]
+
+
+FIRST = Limit("first_chunk_timeout_s", 0.05)
+
+
+@pytest.mark.anyio
+async def test_the_first_chunk_limit_applies_until_a_chunk_has_come() -> None:
+    deadlines = Deadlines(None, first_chunk=FIRST, overall=Limit("overall_timeout_s", 5))
+    with pytest.raises(DeadlineHit) as hit:
+        await _within(deadlines, asyncio.sleep(1), first=True)
+    assert (hit.value.name, hit.value.seconds) == ("first_chunk_timeout_s", 0.05)
+    deadlines = Deadlines(None, first_chunk=Limit("first_chunk_timeout_s", 0.5))
+    assert await _within(deadlines, asyncio.sleep(0, "a"), first=True) == "a"
+    # After the first chunk: no limit but the whole answer's (none here).
+    assert await _within(deadlines, asyncio.sleep(0.6, "b"), first=False) == "b"
+
+
+@pytest.mark.anyio
+async def test_the_overall_limit_bounds_every_step() -> None:
+    deadlines = Deadlines(None, overall=Limit("overall_timeout_s", 0.1))
+    await _within(deadlines, asyncio.sleep(0.02), first=True)
+    with pytest.raises(DeadlineHit, match="overall_timeout_s"):
+        await _within(deadlines, asyncio.sleep(1), first=False)
+
+
+@pytest.mark.anyio
+async def test_a_step_s_own_timeout_is_not_mistaken_for_a_deadline() -> None:
+    async def times_out() -> None:
+        raise TimeoutError("the step's own")
+
+    deadlines = Deadlines(None, overall=Limit("overall_timeout_s", 5))
+    with pytest.raises(TimeoutError, match="the step's own"):
+        await _within(deadlines, times_out(), first=False)
+
+
+@pytest.mark.parametrize(
+    ("cap", "inter", "expected"),
+    [
+        (None, None, None),
+        (30.0, None, Limit("request_read_timeout_s", 30.0)),
+        (30.0, 5.0, Limit("inter_chunk_timeout_s", 5.0)),
+        (2.0, 5.0, Limit("request_read_timeout_s", 2.0)),
+        (None, 5.0, Limit("inter_chunk_timeout_s", 5.0)),
+    ],
+)
+@pytest.mark.anyio
+async def test_the_read_timeout_is_the_smaller_of_the_cap_and_the_inter_chunk_limit(
+    cap: float | None, inter: float | None, expected: Limit | None
+) -> None:
+    lease = Lease("org/m", "http://engine", cap, on_release=int)
+    assert _deadlines(lease, Timeouts(inter_chunk_s=inter)).read == expected

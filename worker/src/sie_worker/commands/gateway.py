@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sie_worker.commands._heap import settle_heap
 from sie_worker.gateway.pools import PoolsFileError
 from sie_worker.gateway.settings import DEFAULT_GATEWAY_PORT, GatewaySettings, GatewaySettingsError
 
@@ -107,5 +108,6 @@ def run(args: argparse.Namespace) -> int:
         access_log=False,
         log_config=None,
     )
+    settle_heap()
     _Server(config).run()
     return 0

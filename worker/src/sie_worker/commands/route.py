@@ -10,6 +10,7 @@ import sys
 from types import FrameType
 from typing import Any
 
+from sie_worker.commands._heap import settle_heap
 from sie_worker.router.settings import DEFAULT_ROUTER_PORT, RouterSettings, RouterSettingsError
 
 __all__ = ["register", "run"]
@@ -60,8 +61,10 @@ def run(args: argparse.Namespace) -> int:
     )
     # uvicorn drains on SIGTERM and then re-raises it; this handler turns that into exit 0.
     signal.signal(signal.SIGTERM, _exit_cleanly)
+    app = create_router_app(settings)
+    settle_heap()
     uvicorn.run(
-        create_router_app(settings),
+        app,
         host=args.host,
         port=args.port,
         log_level=args.log_level,

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sie_worker.commands._heap import settle_heap
+
 __all__ = ["register", "run"]
 
 _DESCRIPTION = """\
@@ -123,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_keep_alive=75,
         log_config=None,
     )
+    settle_heap()
     _Server(config).run()
     return 0
 

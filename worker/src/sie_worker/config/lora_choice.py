@@ -38,8 +38,10 @@ ADAPTER_FIELD = "lora_path"  # SGLang's request field, what the engines read
 def split_model(named: str, served_ids: Iterable[str]) -> tuple[str, str] | None:
     """``(served id, adapter)`` when ``named`` is ``<served id>:<adapter>`` and not a served id
     itself (SGLang's rule: the longest served id that prefixes it); else None."""
+    if ":" not in named:
+        return None  # checked first: most requests name no adapter, and ids can be many
     ids = set(served_ids)
-    if named in ids or ":" not in named:
+    if named in ids:
         return None
     bases = [i for i in ids if named.startswith(f"{i}:") and named[len(i) + 1 :].strip()]
     if not bases:

@@ -155,6 +155,9 @@ _TABLE: tuple[SGLangOption, ...] = (
        "none", "Specify the parser for reasoning models."),
     _o("tool_call_parser", _GEN, "flag", "--tool-call-parser", choice_of("--tool-call-parser"),
        "none", "Specify the parser for handling tool-call interactions."),
+    _o("stream_interval", _GEN, "flag", "--stream-interval", integer(1), "SGLang's (1)",
+       "The interval (or buffer size) for streaming in terms of the token length. A smaller "
+       "value makes streaming smoother, while a larger value makes the throughput higher"),
     _o("speculative", _GEN, "flag", "--speculative-algorithm", speculative, "off",
        "{enabled, algorithm, num_steps, eagle_topk, num_draft_tokens, draft_model, "
        "draft_model_revision} -> --speculative-* (and SGLANG_ENABLE_SPEC_V2=1)"),

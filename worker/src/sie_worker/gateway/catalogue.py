@@ -87,6 +87,8 @@ class Catalogue:
         folded = self._folded.get(model.lower())
         if folded is not None:
             return folded
+        if isinstance(known, frozenset | set) and model in known:
+            return model
         for other in known:
             if other.lower() == model.lower():
                 return other

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sie_worker.errors import SieError
 from sie_worker.gateway.policy import REASONS
 from sie_worker.gateway.pools import PoolKey
+from sie_worker.metric_children import Children
 
 __all__ = ["ANSWER_CODES", "HOLD_OUTCOMES", "GatewayMetrics", "HeldRequest"]
 
@@ -115,6 +116,10 @@ class GatewayMetrics:
         )
         # Requests held per pool x bundle, oldest first (dicts keep insertion order).
         self.holds: dict[PoolKey, dict[HeldRequest, None]] = {}
+        # Children of the per-request series, looked up once each.
+        self.requests_of = Children(self.requests)  # (pool, bundle, code)
+        self.decisions_of = Children(self.decisions)  # (pool, bundle, reason)
+        self.duration_of = Children(self.duration)  # (pool, bundle)
         for key in keys:
             pool = {"pool": key.pool, "bundle": key.bundle}
             self.holds[key] = {}

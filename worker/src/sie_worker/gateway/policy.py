@@ -4,7 +4,8 @@ A request for ``model`` that may go to the pool x bundles ``groups`` (already fi
 the request's headers and by what each pool can serve) goes to one pod. Each pod is a tier
 for the model: ``ready`` (a slot has it ready), ``loading``, ``free_slot`` (a slot has a
 contiguous run of free GPUs as wide as the model), else ``least_outstanding`` (its router
-evicts or queues). Pods that answer and are not excluded are candidates.
+evicts or queues). Pods that answer, are not excluded and whose slots are as wide as the
+model are candidates (a narrower slot refuses the model with ``invalid_config``).
 
 Load bound (consistent hashing with bounded loads, Mirrokni et al.; HAProxy's
 ``hash-balance-factor``): a pod *fits* while its in-flight requests stay below
@@ -77,6 +78,8 @@ class PodLike(Protocol):
     def models(self) -> Mapping[str, str]: ...  # model -> unloaded | loading | ready | failed
     @property
     def free_run(self) -> int: ...  # widest run of free GPUs within one slot
+    @property
+    def slot_width(self) -> int: ...  # GPUs of its widest slot: the widest model it takes
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class PodView:
     outstanding: int = 0
     models: Mapping[str, str] = field(default_factory=dict)
     free_run: int = 0
+    slot_width: int = 8  # unless said otherwise, as wide as any model (8 GPUs)
 
 
 @dataclass(frozen=True)
@@ -147,9 +151,11 @@ def choose(
     best: tuple[GroupView, list[tuple[PodLike, int, bool]]] | None = None
     for group in groups:
         if exclude:
-            candidates = [p for p in group.pods if p.up and p.name not in exclude]
+            candidates = [
+                p for p in group.pods if p.up and p.slot_width >= width and p.name not in exclude
+            ]
         else:
-            candidates = [p for p in group.pods if p.up]
+            candidates = [p for p in group.pods if p.up and p.slot_width >= width]
         if not candidates:
             continue
         total = 0

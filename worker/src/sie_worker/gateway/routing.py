@@ -1,12 +1,6 @@
-"""From a request to a pod: which pools may serve it, holding while none has a ready pod,
-and the accounting of each try (:class:`PodDispatch`, what :mod:`sie_worker.http.relay`
-calls back).
-
-Pool choice (:func:`select_pools`): ``X-SIE-Pool`` names a pool (case-insensitive);
-``X-SIE-MACHINE-PROFILE`` (what ``gpu="l4-4x"`` sends) matches pools by machine profile,
-else by GPU type. Either unmatched: 404 ``unknown_pool`` listing the pools. Of those left,
-the pools whose bundle runs the model's adapter and whose slots are wide enough may serve
-it; none: 409 ``no_pool`` saying why for each.
+"""From the pools a request may go to (:mod:`sie_worker.gateway.choice`) to a pod: holding
+while none has a ready pod, and the accounting of each try (:class:`PodDispatch`, what
+:mod:`sie_worker.http.relay` calls back).
 
 Holding (:class:`Holder`): when none of those pools has a ready pod, the request waits in
 the first of them (counted in ``sie_gateway_pending_requests``) until a pod is ready, for
@@ -20,101 +14,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
 
-from sie_worker.errors import NoPool, Provisioning, QueueFull, UnknownModel, UnknownPool
-from sie_worker.gateway.catalogue import Catalogue
+from sie_worker.errors import Provisioning, QueueFull
+from sie_worker.gateway.choice import Selection
 from sie_worker.gateway.metrics import HeldRequest
 from sie_worker.gateway.policy import Decision, choose
-from sie_worker.gateway.pools import PoolKey, PoolSpec
+from sie_worker.gateway.pools import PoolKey
 from sie_worker.gateway.state import Fleet, PodState
 
-__all__ = ["Holder", "PodDispatch", "Selection", "select_pools"]
+__all__ = ["Holder", "PodDispatch"]
 
 logger = logging.getLogger("sie_worker.gateway")
-
-
-@dataclass(frozen=True)
-class Selection:
-    """A request's model, the pool x bundles that may serve it (in order), its session."""
-
-    model: str
-    width: int
-    groups: tuple[PoolKey, ...]
-    session: str | None = None
-
-
-def _describe_pools(specs: Sequence[PoolSpec]) -> str:
-    pools: dict[str, PoolSpec] = {}
-    for spec in specs:
-        pools.setdefault(spec.pool, spec)
-    return ", ".join(
-        f"{name} (machine profile {s.machine_profile}, GPU type {s.gpu_type})"
-        for name, s in sorted(pools.items())
-    )
-
-
-def select_pools(
-    specs: Sequence[PoolSpec],
-    catalogue: Catalogue,
-    listings: Mapping[PoolKey, frozenset[str] | None],
-    model: str,
-    *,
-    pool: str | None = None,
-    profile: str | None = None,
-) -> list[PoolKey]:
-    """The pool x bundles that may serve ``model``, in pools-file order.
-
-    ``listings`` has, per pool x bundle, the models its polled pods list (None while none
-    was polled). Raises :class:`UnknownPool`, :class:`NoPool` or :class:`UnknownModel`.
-    """
-    candidates = list(specs)
-    pool = pool.strip() if pool else None
-    profile = profile.strip() if profile else None
-    if pool:
-        candidates = [s for s in candidates if s.pool.lower() == pool.lower()]
-        if not candidates:
-            raise UnknownPool(
-                f"X-SIE-Pool: no pool is named {pool!r}; the pools are {_describe_pools(specs)}"
-            )
-    if profile:
-        named = candidates
-        candidates = [s for s in named if s.matches_profile(profile)] or [
-            s for s in named if s.matches_gpu_type(profile)
-        ]
-        if not candidates:
-            within = f"pool {pool!r}" if pool else "no pool"
-            raise UnknownPool(
-                f"X-SIE-MACHINE-PROFILE: {within} has machine profile or GPU type "
-                f"{profile!r}; the pools are {_describe_pools(specs)}"
-            )
-    listed_anywhere = any(model in (m or ()) for m in listings.values())
-    if catalogue.complete and model not in catalogue.models and not listed_anywhere:
-        shown = sorted(catalogue.models)
-        more = f" and {len(shown) - 20} more" if len(shown) > 20 else ""
-        raise UnknownModel(
-            f"model {model!r} is not configured in any pool; configured models: "
-            f"{', '.join(shown[:20]) or 'none'}{more}"
-        )
-    eligible: list[PoolKey] = []
-    reasons: list[str] = []
-    for spec in candidates:
-        why = catalogue.fit(model, spec)
-        listed = listings.get(spec.key)
-        unlisted = listed is not None and model not in listed
-        if why is None and model not in catalogue.models and unlisted:
-            why = f"pool {spec.pool}, bundle {spec.bundle}: its pods do not serve {model}"
-        if why is None:
-            eligible.append(spec.key)
-        else:
-            reasons.append(why)
-    if not eligible:
-        scope = "the pools the request names" if pool or profile else "any pool"
-        raise NoPool(f"{scope} cannot serve {model}: " + "; ".join(reasons))
-    return eligible
 
 
 class Holder:
@@ -222,9 +136,7 @@ class PodDispatch:
             (b"x-sie-pod-reason", self.decision.reason.encode()),
         ]
         metrics = self.fleet.metrics
-        metrics.decisions.labels(
-            pool=key.pool, bundle=key.bundle, reason=self.decision.reason
-        ).inc()
+        metrics.decisions_of(key.pool, key.bundle, self.decision.reason).inc()
         self.fleet.dispatched(self.pod, self.model, self.decision.reason)
 
     @property
@@ -255,7 +167,7 @@ class PodDispatch:
 
     def answered(self, status: int) -> None:
         key = self.pod.key
-        self.fleet.metrics.requests.labels(pool=key.pool, bundle=key.bundle, code=str(status)).inc()
+        self.fleet.metrics.requests_of(key.pool, key.bundle, str(status)).inc()
 
     def finished(self, *, status: int | None) -> None:
         self.fleet.finished(self.pod, self.model, served=status is not None and status < 400)

@@ -20,27 +20,19 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import httpx
 
 from sie_worker.gateway.metrics import GatewayMetrics
+from sie_worker.gateway.pod_poll import PodPoll, poll_pod
 from sie_worker.gateway.policy import GroupView
 from sie_worker.gateway.pools import PoolKey, PoolSpec
 from sie_worker.gateway.settings import GatewaySettings
-from sie_worker.http.poll import PollError, poll_answers
+from sie_worker.http.poll import PollError
+from sie_worker.metric_children import Children
 
-__all__ = [
-    "Endpoint",
-    "Fleet",
-    "Group",
-    "PodPoll",
-    "PodState",
-    "parse_pod_devices",
-    "parse_pod_models",
-    "poll_pod",
-]
+__all__ = ["Endpoint", "Fleet", "Group", "PodPoll", "PodState"]
 
 logger = logging.getLogger("sie_worker.gateway")
 
@@ -53,16 +45,6 @@ class Endpoint:
 
     name: str
     url: str
-
-
-@dataclass(frozen=True)
-class PodPoll:
-    models: dict[str, str]  # model -> state (the best over the pod's slots)
-    widths: dict[str, int]
-    free_run: int  # widest run of free devices within one slot
-    slots: int
-    ready_slots: int
-    ready: bool
 
 
 @dataclass
@@ -85,6 +67,8 @@ class PodState:
     models: dict[str, str] = field(default_factory=dict)
     widths: dict[str, int] = field(default_factory=dict)
     free_run: int = 0
+    # Devices of its widest slot: the pools file's slot_width until a poll counts them.
+    slot_width: int = 1
     ready_slots: int = 0
     polled_at: float = -math.inf
     # Dispatched since: (monotonic time, model, True once the pod served it).
@@ -147,6 +131,10 @@ class Fleet:
         }
         self._changed = asyncio.Event()
         self._spawn: Callable[[PodState], None] | None = None
+        self._listed_cache: (
+            tuple[frozenset[str], dict[PoolKey, frozenset[str] | None], dict[str, int]] | None
+        ) = None
+        self._inflight = Children(metrics.inflight)
 
     # -- change notification ---------------------------------------------------------------
 
@@ -184,10 +172,13 @@ class Fleet:
         for name, endpoint in listed.items():
             if name in group.pods:
                 continue
-            pod = PodState(name, endpoint.url, key, group.spec.slots)
+            pod = PodState(
+                name, endpoint.url, key, group.spec.slots, slot_width=group.spec.slot_width
+            )
             group.pods[name] = pod
             logger.info("%s: pod %s (%s) joined the pool", key, name, endpoint.url)
             self._start(pod)
+        self._lists_changed()
         self._publish(group)
         self.notify()
 
@@ -217,33 +208,75 @@ class Fleet:
     def views(self, keys: Iterable[PoolKey]) -> list[GroupView]:
         return [self.groups[k].view() for k in keys]
 
-    def known_models(self) -> set[str]:
-        return {m for g in self.groups.values() for p in g.pods.values() for m in p.models}
+    # What routing reads of every pod's model list, rebuilt only when a list changes (a
+    # poll, a pod joining or leaving, a dispatch of a model a pod did not list): every
+    # request reads it, and a fleet lists pods x models.
+
+    def known_models(self) -> frozenset[str]:
+        """Every model some pod lists."""
+        return self._listed()[0]
+
+    def listings(self) -> Mapping[PoolKey, frozenset[str] | None]:
+        """Per pool x bundle, the models its answering pods list (None: none answers)."""
+        return self._listed()[1]
+
+    def width_of(self, model: str) -> int | None:
+        """The widest any pod lists for ``model`` (None: no pod says)."""
+        return self._listed()[2].get(model)
+
+    def _listed(
+        self,
+    ) -> tuple[frozenset[str], dict[PoolKey, frozenset[str] | None], dict[str, int]]:
+        if self._listed_cache is None:
+            known: set[str] = set()
+            listings: dict[PoolKey, frozenset[str] | None] = {}
+            widths: dict[str, int] = {}
+            for key, group in self.groups.items():
+                answering: set[str] = set()
+                polled = False
+                for pod in group.pods.values():
+                    known.update(pod.models)
+                    for model, width in pod.widths.items():
+                        widths[model] = max(width, widths.get(model, 0))
+                    if pod.answering and not pod.removed:
+                        polled = True
+                        answering.update(pod.models)
+                listings[key] = frozenset(answering) if polled else None
+            self._listed_cache = (frozenset(known), listings, widths)
+        return self._listed_cache
+
+    def _lists_changed(self) -> None:
+        self._listed_cache = None
 
     def dispatched(self, pod: PodState, model: str | None, reason: str) -> None:
         pod.outstanding += 1
-        self.metrics.inflight.labels(pool=pod.key.pool, bundle=pod.key.bundle).inc()
+        self._inflight(pod.key.pool, pod.key.bundle).inc()
         if model is None:
             return
         pod.inflight_by_model[model] += 1
         if pod.models.get(model) != "ready":
+            if model not in pod.models:
+                self._lists_changed()
             pod.pending.append((self.clock(), model, False))
             pod.apply(model, served=False)
 
     def finished(self, pod: PodState, model: str | None, *, served: bool) -> None:
         pod.outstanding -= 1
-        self.metrics.inflight.labels(pool=pod.key.pool, bundle=pod.key.bundle).dec()
+        self._inflight(pod.key.pool, pod.key.bundle).dec()
         if model is not None:
             pod.inflight_by_model[model] -= 1
             if pod.inflight_by_model[model] <= 0:
                 del pod.inflight_by_model[model]
             if served and pod.models.get(model) != "ready":
+                if model not in pod.models:
+                    self._lists_changed()
                 pod.pending.append((self.clock(), model, True))
                 pod.apply(model, served=True)
                 pod.wake.set()
         group = self.groups[pod.key]
         if pod.removed and pod.outstanding == 0 and group.pods.get(pod.name) is pod:
             del group.pods[pod.name]
+            self._lists_changed()
         self.notify()
 
     def mark_down(self, pod: PodState, reason: str) -> None:
@@ -255,6 +288,7 @@ class Fleet:
         pod.sync()
         pod.last_error = reason
         pod.pending.clear()
+        self._lists_changed()
         if was_up:
             logger.warning(
                 "%s: pod %s (%s) out of rotation: %s", pod.key, pod.name, pod.url, reason
@@ -273,6 +307,7 @@ class Fleet:
         pod.models = dict(poll.models)
         pod.widths = dict(poll.widths)
         pod.free_run = poll.free_run
+        pod.slot_width = poll.slot_width or pod.slot_width
         pod.slots = poll.slots or pod.slots
         pod.ready_slots = poll.ready_slots
         pod.polled_at = started_at
@@ -287,6 +322,7 @@ class Fleet:
         pod.down = False
         pod.ready = poll.ready
         pod.sync()
+        self._lists_changed()
         self._publish(self.groups[pod.key])
         self.notify()
 
@@ -320,64 +356,3 @@ class Fleet:
         self.metrics.pods.labels(**labels, state="discovered").set(len(live))
         self.metrics.pods.labels(**labels, state="up").set(sum(p.answering for p in live))
         self.metrics.pods.labels(**labels, state="ready").set(sum(p.routable for p in live))
-
-
-async def poll_pod(
-    client: httpx.AsyncClient, url: str, headers: Mapping[str, str], timeout_s: float
-) -> PodPoll:
-    """One poll of one pod's router: its models, its devices and its slots' readiness."""
-    models_r, devices_r, ready_r = await poll_answers(client, url, headers, timeout_s)
-    try:
-        models, widths = parse_pod_models(models_r.json())
-        free_run = parse_pod_devices(devices_r.json())
-        slots, ready_slots = _slots(ready_r)
-    except ValueError as exc:
-        raise PollError(f"{url}: unusable answer: {exc}") from exc
-    return PodPoll(models, widths, free_run, slots, ready_slots, ready_r.status_code == 200)
-
-
-def parse_pod_models(body: Any) -> tuple[dict[str, str], dict[str, int]]:
-    """``/v1/models`` of a pod router (or a worker) → states and widths by model id."""
-    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
-        raise ValueError('/v1/models: expected {"data": [...]}')
-    states: dict[str, str] = {}
-    widths: dict[str, int] = {}
-    for entry in body["data"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            raise ValueError("/v1/models: every entry needs a string id")
-        if isinstance(entry.get("parent"), str):
-            continue  # a LoRA adapter lives on its base model, which is listed itself
-        state = entry.get("state")
-        states[entry["id"]] = state if isinstance(state, str) else "unloaded"
-        width = entry.get("width")
-        if isinstance(width, int) and not isinstance(width, bool) and width >= 1:
-            widths[entry["id"]] = width
-    return states, widths
-
-
-def parse_pod_devices(body: Any) -> int:
-    """``/v1/devices`` of a pod router → the widest run of free devices within one slot
-    (devices without a ``slot``, as a worker lists them, are one slot)."""
-    if not isinstance(body, dict) or not isinstance(body.get("devices"), list):
-        raise ValueError('/v1/devices: expected {"devices": [...]}')
-    runs: dict[object, int] = {}
-    best: dict[object, int] = {}
-    for entry in body["devices"]:
-        if not isinstance(entry, dict):
-            raise ValueError("/v1/devices: every entry must be an object")
-        slot = entry.get("slot")
-        run = runs.get(slot, 0) + 1 if entry.get("model") is None else 0
-        runs[slot] = run
-        best[slot] = max(best.get(slot, 0), run)
-    return max(best.values(), default=0)
-
-
-def _slots(ready: httpx.Response) -> tuple[int, int]:
-    try:
-        body = ready.json()
-    except ValueError:
-        return 0, 0
-    slots = body.get("slots") if isinstance(body, dict) else None
-    if not isinstance(slots, list):
-        return 0, 1 if ready.status_code == 200 else 0
-    return len(slots), sum(1 for s in slots if isinstance(s, dict) and s.get("ready"))

@@ -28,13 +28,16 @@ class BodyLimit:
         self.app = app
         self.max_bytes = max_bytes
 
+    def _error(self) -> PayloadTooLarge:
+        # Made only when needed: every request passes here.
+        return PayloadTooLarge(
+            f"request body is larger than {self.max_bytes} bytes (SIE_MAX_BODY_BYTES)"
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        error = PayloadTooLarge(
-            f"request body is larger than {self.max_bytes} bytes (SIE_MAX_BODY_BYTES)"
-        )
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
@@ -42,7 +45,7 @@ class BodyLimit:
                 except ValueError:
                     declared = 0
                 if declared > self.max_bytes:
-                    await send_error(send, error)
+                    await send_error(send, self._error())
                     return
         received = 0
         started = False
@@ -66,7 +69,7 @@ class BodyLimit:
             await self.app(scope, counting_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await send_error(send, error)
+                await send_error(send, self._error())
         except ClientDisconnect:
             _log.info(
                 "%s %s: the client left before sending its body", scope["method"], scope["path"]

@@ -1,15 +1,17 @@
 """Relay one request to a backend a route picks, streaming the answer without buffering.
 
 Shared by the slot router (backends: the pod's workers) and the gateway (backends: pods).
-Each try gets its own connection (``sie_worker.http.stream_client``, parsed by httptools),
-closed once the answer is complete; everything that arrived since the last write leaves in
-one write, and reading pauses past ``high_water`` unsent bytes, so a slow client slows its
-stream instead of growing memory (``docs/benchmarks.md``).
+Each try gets its own connection, closed once the answer is complete, and the answer's
+body goes from that socket to the client's through :func:`sie_worker.http.splice.relay_body`
+(written from the upstream parser's callback where the server allows; reading pauses while
+the client is behind, so a slow client slows its stream instead of growing memory;
+``docs/benchmarks.md``).
 
-The whole exchange runs inside a cancel scope that the client going away cancels (the
-upstream request is closed, so the engine stops working for nobody); each try runs in its
-own scope that the backend leaving rotation cancels (the app calls the abort callbacks it
-registered in :attr:`Dispatch.aborts`). A try that never reached the backend (its
+The client going away cancels the whole exchange (:class:`~sie_worker.http.splice.
+ClientWatch`: the upstream request is closed, so the engine stops working for nobody); the
+backend leaving rotation cancels the try alone (a :class:`~sie_worker.http.splice.
+TaskCancel` the app calls among the abort callbacks registered in
+:attr:`Dispatch.aborts`). A try that never reached the backend (its
 connection was refused, or was still being made when the backend left rotation) is routed
 again without that backend; one already written ends with ``engine_unavailable`` (before
 the answer's head), an SSE error event (mid stream) or an aborted connection (mid body).
@@ -18,20 +20,21 @@ Backend answers, errors included, pass through unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
-import anyio
 import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from sie_worker.errors import EngineTimeout, EngineUnavailable, SieError
 from sie_worker.http.errors import error_response, sse_error_event
-from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.http.splice import ClientWatch, TaskCancel, relay_body
+from sie_worker.http.upstream import StreamResponse, open_stream
 
 __all__ = [
     "HOP_BY_HOP",
@@ -158,7 +161,7 @@ class RelayResponse(Response):
 
     ``route(exclude)`` picks the backend (raising a :class:`SieError` to answer with it);
     ``on_done(seconds)`` observes the time from arrival to the end; ``opener`` opens the
-    backend connection (``stream_client.open_stream``; injectable for tests).
+    backend connection (``upstream.open_stream``; injectable for tests).
     """
 
     def __init__(
@@ -181,12 +184,15 @@ class RelayResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = _Outcome()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_watch_disconnect, receive, tg.cancel_scope, outcome)
-            try:
-                await self._relay(send, outcome)
-            finally:
-                tg.cancel_scope.cancel()
+        watch = ClientWatch(receive)
+        try:
+            await self._relay(scope, send, outcome)
+        except asyncio.CancelledError:
+            if not watch.caught():
+                raise
+            outcome.client_gone = True
+        finally:
+            watch.stop()
         if self._on_done is not None:
             self._on_done(time.monotonic() - self._arrived)
         if outcome.client_gone:
@@ -213,7 +219,7 @@ class RelayResponse(Response):
             # cannot mistake a partial body for a whole one.
             raise outcome.error
 
-    async def _relay(self, send: Send, outcome: _Outcome) -> None:
+    async def _relay(self, scope: Scope, send: Send, outcome: _Outcome) -> None:
         exclude: set[Hashable] = set()
         while True:
             try:
@@ -221,28 +227,30 @@ class RelayResponse(Response):
             except SieError as exc:
                 outcome.error = exc
                 return
-            if not await self._attempt(dispatch, send, outcome):
+            if not await self._attempt(dispatch, scope, send, outcome):
                 return
             exclude.add(dispatch.key)
 
-    async def _attempt(self, dispatch: Dispatch, send: Send, outcome: _Outcome) -> bool:
+    async def _attempt(
+        self, dispatch: Dispatch, scope: Scope, send: Send, outcome: _Outcome
+    ) -> bool:
         """One try on one backend; True when nothing reached it (route again): it refused
         the connection, or left rotation before the request was written."""
         outcome.dispatch = dispatch
         # The backend leaving rotation cancels this try only, so the request can be routed
         # again when it never reached the backend.
-        attempt = anyio.CancelScope()
+        abort = TaskCancel()
         written = False
 
         def request_written() -> None:
             nonlocal written
             written = True
 
-        dispatch.aborts.add(attempt.cancel)
+        dispatch.aborts.add(abort)
         response: StreamResponse | None = None
         upstream, limits = self._upstream, self._limits
         try:
-            with attempt:
+            try:
                 try:
                     with translate_errors(dispatch.name, dispatch.url):
                         response = await self._opener(
@@ -256,27 +264,35 @@ class RelayResponse(Response):
                             on_connected=request_written,
                         )
                 except Refused as exc:
-                    dispatch.aborts.discard(attempt.cancel)
+                    abort.disarm()
                     dispatch.refused(str(exc))
                     return True
                 finally:
                     dispatch.connected()
-                await self._pass_on(response, dispatch, send, outcome)
-            if attempt.cancelled_caught:
+                await self._pass_on(response, dispatch, scope, send, outcome)
+            except asyncio.CancelledError:
+                if not abort.caught():
+                    raise
                 if not written:
                     return True
                 outcome.backend_down = True
         except SieError as exc:
             outcome.error = exc
         finally:
-            dispatch.aborts.discard(attempt.cancel)
+            abort.disarm()
+            dispatch.aborts.discard(abort)
             if response is not None:
                 response.close()
             dispatch.finished(status=outcome.status)
         return False
 
     async def _pass_on(
-        self, response: StreamResponse, dispatch: Dispatch, send: Send, outcome: _Outcome
+        self,
+        response: StreamResponse,
+        dispatch: Dispatch,
+        scope: Scope,
+        send: Send,
+        outcome: _Outcome,
     ) -> None:
         """Relay the backend's answer, head then body, to the client as it arrives."""
         outcome.status = response.status
@@ -293,13 +309,7 @@ class RelayResponse(Response):
         outcome.started = True
         dispatch.answered(response.status)
         with translate_errors(dispatch.name, dispatch.url):
-            while not response.drained:
-                # Everything that arrived since the last write leaves in one write.
-                chunk = await response.take()
-                if chunk:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if response.error is not None:
-                raise response.error
+            await relay_body(response, scope, send)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -322,12 +332,3 @@ def translate_errors(name: str, url: str) -> Iterator[None]:
         raise EngineUnavailable(
             f"{name} ({url}) dropped the request: {type(exc).__name__}: {exc}"
         ) from exc
-
-
-async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope, outcome: _Outcome) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            outcome.client_gone = True
-            scope.cancel()
-            return

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -34,16 +35,14 @@ from sie_worker.errors import (
 )
 from sie_worker.http.auth import BearerAuth
 from sie_worker.http.errors import EXCEPTION_HANDLERS
+from sie_worker.http.fan_out import Target, ask_all, fan_out
+from sie_worker.http.relay import Upstream, forward_headers
 from sie_worker.http.request_id import RequestId
+from sie_worker.http.wire import WiredStarlette
 from sie_worker.router.merge import merge_devices, merge_models
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import Decision
-from sie_worker.router.relay import (
-    RelayResponse,
-    Upstream,
-    fan_out,
-    forward_headers,
-)
+from sie_worker.router.relay import RelayResponse
 from sie_worker.router.request import SLOT_HEADER, model_of, named_slot, read_body, request_target
 from sie_worker.router.settings import RouterSettings
 from sie_worker.router.state import RoutingPolicy, SlotTable
@@ -89,7 +88,7 @@ def create_router_app(
         Route("/v1/configs/{rest:path}", router.configs, methods=["GET", "PUT", "DELETE"]),
         Route("/v1/{rest:path}", router.passthrough, methods=["GET", "POST", "PUT", "DELETE"]),
     ]
-    app = Starlette(
+    app = WiredStarlette(
         routes=routes,
         middleware=[Middleware(RequestId), Middleware(BearerAuth, api_key=settings.api_key)],
         exception_handlers=dict(EXCEPTION_HANDLERS),
@@ -182,7 +181,7 @@ class _Router:
         if action != "load":
             holders = self._holders(model, pinned_only=action == "unpin")
             if holders:
-                return await fan_out(self.table, self.client, upstream, holders)
+                return await self._fan_out(upstream, holders)
             if action != "pin":
                 return self._relay(upstream, self._to_any)
         return self._relay(upstream, self._by_policy(model))
@@ -209,8 +208,7 @@ class _Router:
         if named is None:
             await self._first_poll()
             # A LoRA adapter's request (model:adapter) goes where its base model is.
-            known = {m for view in self.table.views() for m in view.models}
-            split = split_model(model, known)
+            split = split_model(model, self.table.known_models())
             model = split[0] if split is not None else model
         upstream = Upstream(
             upstream.method, upstream.target, upstream.headers, upstream.body, model
@@ -224,7 +222,7 @@ class _Router:
         generate = request.url.path.startswith("/v1/generate/")
         await self._first_poll()
         asked = request.path_params["model"]
-        known = {m for view in self.table.views() for m in view.models}
+        known = self.table.known_models()
         model = resolve_model_id(asked, known, generate=generate) or asked
         upstream = await self._upstream(request, model=None)
         upstream = Upstream(
@@ -247,7 +245,7 @@ class _Router:
         up = [s.index for s in self.table.slots if s.up]
         if not up:
             raise self._no_slot()
-        return await fan_out(self.table, self.client, upstream, up)
+        return await self._fan_out(upstream, up)
 
     async def passthrough(self, request: Request) -> Response:
         named = named_slot(request, self.settings.slot_count)
@@ -345,6 +343,25 @@ class _Router:
             model=model,
         )
 
+    def _targets(self, slots: list[int]) -> list[Target]:
+        return [
+            Target(f"slot {i}", str(i), self.table.slots[i].url, partial(self.table.poke, i))
+            for i in sorted(slots)
+        ]
+
+    async def _fan_out(self, upstream: Upstream, slots: list[int]) -> Response:
+        """A call to several slots at once: the first failure, else the first answer."""
+        settings = self.settings
+        timeout = httpx.Timeout(
+            connect=settings.connect_timeout_s,
+            read=settings.read_timeout_s,
+            write=settings.read_timeout_s,
+            pool=settings.connect_timeout_s,
+        )
+        return await fan_out(
+            self.client, upstream, self._targets(slots), header=SLOT_HEADER, limits=timeout
+        )
+
     async def _ask_all(self, path: str, request: Request) -> dict[int, Any]:
         """GET ``path`` from every answering slot at once; slots that fail are left out."""
         headers = {
@@ -352,23 +369,9 @@ class _Router:
             for k, v in forward_headers(request.scope["headers"])
             if k.lower() == "authorization"
         }
-        answers: dict[int, Any] = {}
-
-        async def ask(slot: int, url: str) -> None:
-            try:
-                r = await self.client.get(
-                    url + path, headers=headers, timeout=self.settings.poll_timeout_s
-                )
-                if r.status_code == 200:
-                    answers[slot] = r.json()
-            except (httpx.HTTPError, ValueError):
-                return
-
-        async with anyio.create_task_group() as tg:
-            for s in self.table.slots:
-                if s.up:
-                    tg.start_soon(ask, s.index, s.url)
-        return dict(sorted(answers.items()))
+        targets = self._targets([s.index for s in self.table.slots if s.up])
+        answers = await ask_all(self.client, targets, path, headers, self.settings.poll_timeout_s)
+        return {int(target.label): body for target, body in answers}
 
     def _slot_summaries(self) -> list[dict[str, Any]]:
         return [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from sie_worker.metric_children import Children
 from sie_worker.model_states import MODEL_STATES
 from sie_worker.router.policy import REASONS
 
@@ -67,11 +68,24 @@ class RouterMetrics:
             registry=r,
         )
         self.slots.set(slot_count)
+        # Children looked up once: labels() takes a lock and builds a key on every call,
+        # and every relayed request touches these.
+        self.inflight_of = [self.inflight.labels(slot=str(s)) for s in range(slot_count)]
+        self._decisions = Children(self.decisions)
+        self._requests = Children(self.requests)  # (slot, status)
+        for reason in REASONS:
+            self._decisions(reason)
         for slot in range(slot_count):
-            self.inflight.labels(slot=str(slot)).set(0)
+            self.inflight_of[slot].set(0)
             self.slot_up.labels(slot=str(slot)).set(0)
             self.slot_ready.labels(slot=str(slot)).set(0)
-        for reason in REASONS:
-            self.decisions.labels(reason=reason)
         for state in MODEL_STATES:
             self.models.labels(state=state).set(0)
+
+    def decisions_of(self, reason: str) -> Counter:
+        """``sie_router_decisions_total{reason}`` (the child, looked up once)."""
+        return self._decisions(reason)
+
+    def requests_of(self, slot: int, status: int) -> Counter:
+        """``sie_router_requests{slot, status}`` (the child, looked up once)."""
+        return self._requests(str(slot), str(status))

@@ -1,12 +1,11 @@
 """Relay one request to the slot the policy picks: the router's side of
-:mod:`sie_worker.http.relay` (which streams the answer without buffering), plus
-:func:`fan_out` for calls sent to several slots at once.
+:mod:`sie_worker.http.relay` (which streams the answer without buffering).
 
-Each relayed request gets its own connection to the slot (``sie_worker.http.stream_client``,
+Each relayed request gets its own connection to the slot (``sie_worker.http.upstream``,
 parsed by httptools), closed once the answer is complete: httpx's pool bookkeeping and
 per-chunk parsing were most of the router's CPU with many streams (``docs/benchmarks.md``).
-Calls fanned out to several slots keep using httpx. A slot that refuses a connection leaves
-rotation; a request that never reached its worker is routed again without that slot.
+A slot that refuses a connection leaves rotation; a request that never reached its worker
+is routed again without that slot.
 """
 
 from __future__ import annotations
@@ -17,33 +16,13 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-import httpx
-from starlette.responses import Response
-
-from sie_worker.errors import SieError
 from sie_worker.http import relay as _relay
-from sie_worker.http.errors import error_response
-from sie_worker.http.relay import (
-    HOP_BY_HOP,
-    SET_BY_SERVER,
-    RelayLimits,
-    Upstream,
-    forward_headers,
-    translate_errors,
-)
-from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.http.relay import RelayLimits, Upstream
+from sie_worker.http.upstream import StreamResponse, open_stream
 from sie_worker.router.policy import Decision
-from sie_worker.router.settings import RouterSettings
 from sie_worker.router.state import SlotTable
 
-__all__ = [
-    "HOP_BY_HOP",
-    "RelayResponse",
-    "Upstream",
-    "fan_out",
-    "forward_headers",
-]
+__all__ = ["RelayResponse"]
 
 logger = logging.getLogger("sie_worker.router")
 
@@ -92,7 +71,7 @@ class _SlotDispatch:
         self.table.mark_down(self.decision.slot, reason)
 
     def answered(self, status: int) -> None:
-        self.table.metrics.requests.labels(slot=str(self.decision.slot), status=str(status)).inc()
+        self.table.metrics.requests_of(self.decision.slot, status).inc()
 
     def finished(self, *, status: int | None) -> None:
         self.table.finished(
@@ -118,7 +97,7 @@ class RelayResponse(_relay.RelayResponse):
 
         async def route_slot(exclude: frozenset[Hashable]) -> _relay.Dispatch:
             decision = await route(frozenset(k for k in exclude if isinstance(k, int)))
-            table.metrics.decisions.labels(reason=decision.reason).inc()
+            table.metrics.decisions_of(decision.reason).inc()
             table.dispatched(decision.slot, upstream.model, decision.reason)
             # A request for a model that is not ready waits for it: counted as queued.
             queued = upstream.model is not None and decision.reason != "ready"
@@ -143,65 +122,3 @@ class RelayResponse(_relay.RelayResponse):
 async def _open(url: str, *args: Any, **kwargs: Any) -> StreamResponse:
     # Looked up at call time, so tests can replace this module's open_stream.
     return await open_stream(url, *args, **kwargs)
-
-
-async def fan_out(
-    table: SlotTable, client: httpx.AsyncClient, upstream: Upstream, slots: Sequence[int]
-) -> Response:
-    """Send one call to several slots at once (unload everywhere, write a config to all).
-
-    The answer is the first failure in slot order, else the first slot's answer; its
-    ``X-SIE-Slot`` header lists every slot the call went to.
-    """
-    results: dict[int, httpx.Response | SieError] = {}
-
-    async def one(slot: int) -> None:
-        state = table.slots[slot]
-        request = _build_request(client, table.settings, upstream, state.url)
-        try:
-            with translate_errors(f"slot {slot}", state.url):
-                results[slot] = await client.send(request)
-        except SieError as exc:
-            results[slot] = exc
-        finally:
-            table.poke(slot)
-
-    async with anyio.create_task_group() as tg:
-        for slot in slots:
-            tg.start_soon(one, slot)
-    ordered = [results[s] for s in sorted(results)]
-    failures = [r for r in ordered if isinstance(r, SieError) or r.status_code >= 400]
-    chosen = failures[0] if failures else ordered[0]
-    if isinstance(chosen, SieError):
-        response: Response = error_response(chosen)
-    else:
-        response = Response(
-            chosen.content,
-            status_code=chosen.status_code,
-            headers={
-                k: v
-                for k, v in chosen.headers.items()
-                if k.lower() not in HOP_BY_HOP and k.lower() not in SET_BY_SERVER
-            },
-        )
-    response.headers["x-sie-slot"] = ",".join(str(s) for s in sorted(results))
-    return response
-
-
-def _build_request(
-    client: httpx.AsyncClient, settings: RouterSettings, upstream: Upstream, base_url: str
-) -> httpx.Request:
-    timeout = httpx.Timeout(
-        connect=settings.connect_timeout_s,
-        read=settings.read_timeout_s,
-        write=settings.read_timeout_s,
-        pool=settings.connect_timeout_s,
-    )
-    has_body = upstream.body or upstream.method not in ("GET", "HEAD", "DELETE")
-    return client.build_request(
-        upstream.method,
-        httpx.URL(base_url + upstream.target),
-        headers=list(upstream.headers),
-        content=upstream.body if has_body else None,
-        timeout=timeout,
-    )

@@ -16,7 +16,9 @@ SLOT_HEADER = "x-sie-slot"
 
 def named_slot(request: Request, slot_count: int) -> int | None:
     """The slot named by ``?slot=N`` or ``X-SIE-Slot: N``; None when neither is given."""
-    query = request.query_params.get("slot")
+    # The query is parsed only when it can name a slot (most requests have none).
+    raw_query: bytes = request.scope.get("query_string", b"")
+    query = request.query_params.get("slot") if b"slot" in raw_query else None
     header = request.headers.get(SLOT_HEADER)
     if query is not None and header is not None and query.strip() != header.strip():
         raise InvalidRequest(f"?slot={query} and X-SIE-Slot: {header} disagree; name the slot once")
@@ -40,8 +42,9 @@ def named_slot(request: Request, slot_count: int) -> int | None:
 def request_target(request: Request) -> str:
     """Raw path and query as the client sent them, minus the router's own ``slot``."""
     raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
-    query = request.scope.get("query_string", b"").decode("latin-1")
-    if "slot" in request.query_params:
+    raw_query: bytes = request.scope.get("query_string", b"")
+    query = raw_query.decode("latin-1")
+    if b"slot" in raw_query and "slot" in request.query_params:
         query = urlencode(
             [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "slot"]
         )

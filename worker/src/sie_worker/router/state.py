@@ -116,6 +116,12 @@ class SlotTable:
     def views(self) -> list[SlotView]:
         return [s.view() for s in self.slots]
 
+    def known_models(self) -> set[str]:
+        """Every model some slot lists or was sent (without building the views)."""
+        known = {m for s in self.slots if s.polled is not None for m in s.polled.models}
+        known.update(m for s in self.slots for _, m, _ in s.pending)
+        return known
+
     def decide(self, model: str, *, exclude: frozenset[int] = frozenset()) -> Decision | None:
         views = [v for v in self.views() if v.index not in exclude]
         return self.policy(model, views)
@@ -126,7 +132,7 @@ class SlotTable:
     def dispatched(self, slot: int, model: str | None, decision_reason: str) -> None:
         state = self.slots[slot]
         state.outstanding += 1
-        self.metrics.inflight.labels(slot=str(slot)).set(state.outstanding)
+        self.metrics.inflight_of[slot].set(state.outstanding)
         if model is None:
             return
         state.inflight_by_model[model] += 1
@@ -139,7 +145,7 @@ class SlotTable:
         if changed and served and model is not None:
             state.pending.append((self.clock(), model, True))
         state.outstanding -= 1
-        self.metrics.inflight.labels(slot=str(slot)).set(state.outstanding)
+        self.metrics.inflight_of[slot].set(state.outstanding)
         if model is not None:
             state.inflight_by_model[model] -= 1
             if state.inflight_by_model[model] <= 0:

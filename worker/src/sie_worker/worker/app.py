@@ -22,6 +22,7 @@ from sie_worker.http.auth import BearerAuth
 from sie_worker.http.body_limit import BodyLimit
 from sie_worker.http.errors import EXCEPTION_HANDLERS
 from sie_worker.http.request_id import RequestId
+from sie_worker.http.wire import WiredStarlette
 from sie_worker.settings import Settings
 from sie_worker.sie_api.ids import resolve_model_id
 from sie_worker.sie_api.models import model_detail, model_info, model_infos
@@ -92,7 +93,7 @@ def create_app(
         Route("/v1/configs/{sie_id:path}", _put_config, methods=["PUT"]),
         Route("/v1/configs/{sie_id:path}", _delete_config, methods=["DELETE"]),
     ]
-    app = Starlette(
+    app = WiredStarlette(
         routes=routes,
         middleware=[
             Middleware(RequestId),

@@ -77,13 +77,14 @@ async def openai_request(request: Request) -> Response:
         if adapter is not None:
             payload[ADAPTER_FIELD] = adapter
         raw = None
-    call = EngineCall(request.url.path, payload, stream=payload.get("stream") is True)
+    path: str = request.scope["path"]  # request.url would parse the Host header too
+    call = EngineCall(path, payload, stream=payload.get("stream") is True)
     return await _serve(request, asked, call, started, raw=raw, sie=False, param=param)
 
 
 async def sie_request(request: Request) -> Response:
     started = time.monotonic()
-    route = request.url.path.split("/", 3)[2]  # /v1/<route>/<model>
+    route = request.scope["path"].split("/", 3)[2]  # /v1/<route>/<model>
     data = decode_body(await request.body(), request.headers.get("content-type"))
     manager = _manager(request)
     settings: Settings = request.app.state.settings
@@ -138,30 +139,28 @@ async def _serve(
     ``param``: the request field that named the adapter (``lora_path`` in the payload),
     which must be one of the served model's."""
     manager = _manager(request)
+    # What the request needs of each helper, asked once each, before the lease.
+    wait_s = load_wait(request.headers, sie_route=sie)
+    task = task_of(call.path)
     model_id = served_id(asked.served.config, asked.id, call.payload)
     record = manager.record(model_id)
-    task = task_of(call.path)
     if task not in record.served.config.tasks:
         raise InvalidRequest(
             f"{model_id} does not serve {request.url.path}: its config declares tasks "
             f"{sorted(record.served.config.tasks)}, not {task!r}"
         )
     adapter = call.payload.get(ADAPTER_FIELD)
+    label = adapter_label(record.served, adapter if isinstance(adapter, str) else None)
     if isinstance(adapter, str):
         check_adapter(record.served, adapter, param=param)
+    runtime = request_runtime(record.served)
     if raw is not None and model_id == asked.id:
         body = raw
     else:
         body = json.dumps({**call.payload, "model": model_id}).encode()
     headers: Any = {"content-type": "application/json"} if sie else request.headers
-    wait_s = load_wait(request.headers, sie_route=sie)
     try:
-        lease = await manager.acquire(
-            model_id,
-            started=started,
-            wait_s=wait_s,
-            adapter=adapter_label(record.served, adapter if isinstance(adapter, str) else None),
-        )
+        lease = await manager.acquire(model_id, started=started, wait_s=wait_s, adapter=label)
     except ModelLoading as exc:
         raise ModelLoading(
             f"{model_id} is still loading after {wait_s:g} s; retry after Retry-After "
@@ -176,7 +175,7 @@ async def _serve(
         headers,
         stream=call.stream,
         request_id=request.headers[REQUEST_ID_HEADER],
-        runtime=request_runtime(record.served),
+        runtime=runtime,
         answer=call.answer,
         events=call.events,
     )

@@ -1,21 +1,27 @@
-"""Relay an OpenAI-style request to a model's engine and its answer back to the client.
+"""The worker's side of a request to its engine: what is sent, and what the answer means.
 
-Upstream failures are translated in one place (:func:`_translate`): no bytes within the
+    lease (from the route) -> deadlines -> the engine call -> the answer, relayed
+
+Upstream failures are translated in one place (:func:`_failure`): no bytes within the
 read cap become ``engine_timeout`` (504; the engine is not restarted), a refused or broken
 connection becomes ``engine_unavailable`` (502). Once a stream has started, failures end it
 with one SSE error event instead, at an event boundary.
 
-Streams are the hot path (``docs/benchmarks.md``): each goes over its own engine connection,
-parsed by :mod:`sie_worker.http.stream_client` while the relay writes, so events that arrived
-meanwhile leave in one write; the worker closes that connection after ``[DONE]``.
+Streams are the hot path (``docs/benchmarks.md``): :func:`sie_worker.http.splice.relay_stream`
+owns each one from the engine's socket to the client's (its own engine connection, events
+written from the engine parser's callback, closed after ``[DONE]``); this module's
+:class:`_EngineStream` says what it means for the worker: the engine's refusals as the
+client's errors, the event check (:mod:`sie_worker.worker.events`), the lease given back
+once. JSON answers go through the injected httpx client's pool.
 
 A profile's runtime options (:class:`~sie_worker.config.runtime.RequestRuntime`) rewrite the
-body before it is sent and bound the answer: ``first_chunk_timeout_s`` (time to the first
-bytes of the answer; of the first event of a stream), ``inter_chunk_timeout_s`` (longest
-silence, with the read cap), ``overall_timeout_s`` (the whole answer). Past one, the request
-fails with ``engine_timeout`` (504, or an SSE error event once a stream has started) and
-the worker closes the engine connection, which makes SGLang abort the request; the engine
-keeps running.
+body before it is sent and bound the answer (:class:`~sie_worker.http.deadlines.Deadlines`):
+``first_chunk_timeout_s`` (time to the first bytes of the answer; of the first event of a
+stream), ``inter_chunk_timeout_s`` (longest silence, with the read cap),
+``overall_timeout_s`` (the whole answer). Past one, the request fails with
+``engine_timeout`` (504, or an SSE error event once a stream has started) and the worker
+closes the engine connection, which makes SGLang abort the request; the engine keeps
+running.
 
 A request of SIE's native API passes an ``answer`` (the engine's JSON answer -> the client's
 response) or ``events`` (a translator of each batch of events); without them the engine's
@@ -24,16 +30,14 @@ answer is relayed as it is.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import json
 import logging
-import time
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import httpx
-from starlette.background import BackgroundTask
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from sie_worker.config.runtime import RequestRuntime, Timeouts
 from sie_worker.errors import (
@@ -43,22 +47,25 @@ from sie_worker.errors import (
     PayloadTooLarge,
     SieError,
 )
-from sie_worker.http.errors import sse_error_event
-from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
+from sie_worker.http.splice import relay_stream
 from sie_worker.sie_api.call import Answer, Events, EventTranslator
-from sie_worker.worker.deadlines import DeadlineHit, Deadlines
+from sie_worker.worker.events import MAX_EVENT_BYTES, EventCheck, ends_with_done
 from sie_worker.worker.records import Lease
 
-__all__ = ["forward"]
+__all__ = ["Lease", "forward"]
 
 _log = logging.getLogger("sie_worker.proxy")
+_T = TypeVar("_T")
 _FORWARDED_HEADERS = ("content-type", "accept", "x-request-id")
-_SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
-_MAX_SSE_EVENT_BYTES = 8 * 1024 * 1024
 _STREAM_HIGH_WATER = 1024 * 1024
-_DONE_EVENT = b"data: [DONE]\n\n"  # the last event of an OpenAI stream
 _CONNECT_TIMEOUT_S = 5.0
 _WRITE_TIMEOUT_S = 60.0
+_STREAM_HEADERS = {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
 
 
 async def forward(
@@ -75,94 +82,146 @@ async def forward(
     events: Events | None = None,
 ) -> Response:
     """Send ``body`` to the engine's ``path``; the lease is released when the answer is done.
-    Streams go over their own connection (:mod:`sie_worker.http.stream_client`), everything else
-    through ``client``'s pool. ``runtime`` is the served model's (body rewrite, timeouts);
-    ``answer`` / ``events`` translate the engine's answer."""
+    Streams go over their own connection, everything else through ``client``'s pool.
+    ``runtime`` is the served model's (body rewrite, timeouts); ``answer`` / ``events``
+    translate the engine's answer."""
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
     upstream_headers["x-request-id"] = request_id
-    reply_headers = {"x-request-id": request_id}
-    limits = Deadlines(
-        lease.read_timeout_s, runtime.timeouts if runtime is not None else Timeouts()
-    )
+    deadlines = _deadlines(lease, runtime.timeouts if runtime is not None else Timeouts())
     if runtime is not None:
         body = runtime.rewrite(path, body)
-    if stream:
-        translate = events(lease.model) if events is not None else None
-        return await _forward_stream(
-            lease, path, body, upstream_headers, reply_headers, limits, translate
+    if not stream:
+        return await _forward_json(client, lease, path, body, upstream_headers, deadlines, answer)
+    translate = events(lease.model) if events is not None else None
+    policy = _EngineStream(lease, deadlines, translate, {"x-request-id": request_id})
+    return await relay_stream(
+        lease.base_url + path,
+        body,
+        upstream_headers.items(),
+        policy,
+        deadlines=deadlines,
+        connect_timeout_s=_CONNECT_TIMEOUT_S,
+        high_water=_STREAM_HIGH_WATER,
+        limit=MAX_EVENT_BYTES,
+        stop_after=ends_with_done,
+    )
+
+
+def _deadlines(lease: Lease, timeouts: Timeouts) -> Deadlines:
+    """The read cap and the profile's timeouts; the smaller of the cap and
+    ``inter_chunk_timeout_s`` is the read timeout between chunks."""
+    reads = [
+        Limit(name, seconds)
+        for seconds, name in (
+            (lease.read_timeout_s, "request_read_timeout_s"),
+            (timeouts.inter_chunk_s, "inter_chunk_timeout_s"),
         )
+        if seconds is not None
+    ]
+    first, overall = timeouts.first_chunk_s, timeouts.overall_s
+    return Deadlines(
+        min(reads, key=lambda r: (r.seconds, r.name)) if reads else None,
+        first_chunk=Limit("first_chunk_timeout_s", first) if first is not None else None,
+        overall=Limit("overall_timeout_s", overall) if overall is not None else None,
+    )
+
+
+async def _forward_json(
+    client: httpx.AsyncClient,
+    lease: Lease,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    deadlines: Deadlines,
+    answer: Answer | None,
+) -> Response:
     timeout = httpx.Timeout(
-        connect=_CONNECT_TIMEOUT_S,
-        read=limits.read_s,
-        write=_WRITE_TIMEOUT_S,
-        pool=None,
+        connect=_CONNECT_TIMEOUT_S, read=deadlines.read_s, write=_WRITE_TIMEOUT_S, pool=None
     )
     request = client.build_request(
-        "POST", lease.base_url + path, content=body, headers=upstream_headers, timeout=timeout
+        "POST", lease.base_url + path, content=body, headers=headers, timeout=timeout
     )
+    reply_headers = {"x-request-id": headers["x-request-id"]}
     try:
-        with _failure_status(lease), _translate(lease, limits):
-            upstream = await limits.first(client.send(request, stream=True))
+        try:
+            upstream = await _within(deadlines, client.send(request, stream=True), first=True)
             try:
-                content = await limits.overall(upstream.aread())
+                content = await _within(deadlines, upstream.aread(), first=False)
             finally:
                 await upstream.aclose()
-            return _reply(lease, upstream.status_code, content, reply_headers, answer)
+        except SieError:
+            raise
+        except Exception as exc:
+            raise _failure(lease, deadlines, exc) from exc
+        return _reply(lease, upstream.status_code, content, reply_headers, answer)
+    except SieError as error:
+        lease.status = str(error.status)
+        raise
     finally:
         lease.release()
 
 
-async def _forward_stream(
-    lease: Lease,
-    path: str,
-    body: bytes,
-    upstream_headers: dict[str, str],
-    reply_headers: dict[str, str],
-    limits: Deadlines,
-    translate: EventTranslator | None,
-) -> Response:
+async def _within(deadlines: Deadlines, step: Awaitable[_T], *, first: bool) -> _T:
+    """Await ``step`` within the fixed deadlines still to come: the first chunk's while
+    waiting for it (``first``), and the whole answer's. A step's own timeout passes."""
+    due = deadlines.next_due(not first)
+    if due is None:
+        return await step  # the usual case: nothing but the read timeout
+    at, limit = due
+    scope = asyncio.timeout_at(at)
     try:
-        with _failure_status(lease), _translate(lease, limits):
-            upstream = await limits.overall(
-                open_stream(
-                    lease.base_url + path,
-                    body,
-                    upstream_headers.items(),
-                    connect_timeout_s=_CONNECT_TIMEOUT_S,
-                    read_timeout_s=limits.read_s,
-                    high_water=_STREAM_HIGH_WATER,
-                    stop_after=_ends_with_done,
-                )
-            )
-    except BaseException:
-        lease.release()
-        raise
-    first = b""
-    if upstream.status != 200:
-        try:
-            with _failure_status(lease), _translate(lease, limits):
-                content = await upstream.read_all(_MAX_SSE_EVENT_BYTES)
-                return _reply(lease, upstream.status, content, reply_headers)
-        finally:
-            upstream.close()
-            lease.release()
-    if limits.timeouts.first_chunk_s is not None:
-        # Wait for the first event before answering, so that a silent engine gets a 504.
-        try:
-            with _failure_status(lease), _translate(lease, limits):
-                first = await limits.first(upstream.take())
-        except BaseException:
-            upstream.close()
-            lease.release()
+        async with scope:
+            return await step
+    except TimeoutError:
+        if not scope.expired():
             raise
-    lease.status = "200"
-    reply_headers.update({"cache-control": "no-cache", "x-accel-buffering": "no"})
-    return StreamingResponse(
-        _relay_events(upstream, lease, limits, first, translate),
-        media_type="text/event-stream",
-        headers=reply_headers,
-        background=BackgroundTask(_close, upstream, lease),
-    )
+        raise DeadlineHit(limit.name, limit.seconds) from None
+
+
+class _EngineStream:
+    """What an engine stream means for the worker (a :class:`~sie_worker.http.splice.
+    StreamPolicy`): its refusals and failures as the client's errors, with the status the
+    lease records; the event check on its way; the lease given back once at the end."""
+
+    wait_first: bool
+
+    def __init__(
+        self,
+        lease: Lease,
+        deadlines: Deadlines,
+        translate: EventTranslator | None,
+        headers: dict[str, str],
+    ) -> None:
+        self._lease, self._deadlines = lease, deadlines
+        self.headers = {**_STREAM_HEADERS, **headers}
+        # With first_chunk_timeout_s, the client is answered once the first event came, so
+        # that a silent engine gets a 504.
+        self.wait_first = deadlines.first_chunk is not None
+        self._check = EventCheck(lease.model, translate, lease.timer)
+        self.feed = self._check.feed
+        self.end = self._check.end
+
+    def opened(self, status: int, close: Callable[[], None]) -> None:
+        if status == 200:
+            self._lease.status = "200"  # what the client gets, unless it fails before
+        self._check.stop = close  # a stream the check refuses is read no further
+
+    def refused(self, status: int, body: bytes) -> Response:
+        headers = {"x-request-id": self.headers["x-request-id"]}
+        try:
+            return _reply(self._lease, status, body, headers)
+        except SieError as error:
+            self._lease.status = str(error.status)
+            raise
+
+    def failure(self, error: Exception, *, answered: bool) -> SieError:
+        translated = _failure(self._lease, self._deadlines, error)
+        if not answered:
+            self._lease.status = str(translated.status)
+        return translated
+
+    def finished(self) -> None:
+        self._lease.release()
 
 
 def _reply(
@@ -177,50 +236,35 @@ def _reply(
     return response
 
 
-@contextlib.contextmanager
-def _failure_status(lease: Lease) -> Iterator[None]:
-    """Record the status of the error a request fails with before its answer started."""
-    try:
-        yield
-    except SieError as error:
-        lease.status = str(error.status)
-        raise
-
-
-@contextlib.contextmanager
-def _translate(lease: Lease, limits: Deadlines) -> Iterator[None]:
-    try:
-        yield
-    except DeadlineHit as exc:
+def _failure(lease: Lease, deadlines: Deadlines, exc: Exception) -> SieError:
+    """A failure on the way to or from the engine, as the client's error."""
+    if isinstance(exc, SieError):
+        return exc
+    if isinstance(exc, DeadlineHit):
         what = {
             "first_chunk_timeout_s": "sent nothing",
             "inter_chunk_timeout_s": "went silent",
             "overall_timeout_s": "did not finish",
         }[exc.name]
-        raise EngineTimeout(
+        return EngineTimeout(
             f"{lease.model}: engine {what} within {exc.name}={exc.seconds:g}s; the request "
             "was failed, the engine keeps running"
-        ) from None
-    except httpx.ReadTimeout as exc:
-        raise EngineTimeout(
-            f"{lease.model}: engine sent nothing for {limits.read_name}="
-            f"{limits.read_s or 0:g}s; the request was failed, the engine keeps running"
-        ) from exc
-    except httpx.TimeoutException as exc:
-        raise EngineUnavailable(f"{lease.model}: engine did not accept the request: {exc}") from exc
-    except httpx.HTTPError as exc:
-        raise EngineUnavailable(
-            f"{lease.model}: engine connection failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    except SieError:
-        raise
-    except Exception as exc:
+        )
+    if isinstance(exc, httpx.ReadTimeout):
+        read = deadlines.read or Limit("request_read_timeout_s", 0)
+        return EngineTimeout(
+            f"{lease.model}: engine sent nothing for {read.name}={read.seconds:g}s; the "
+            "request was failed, the engine keeps running"
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return EngineUnavailable(f"{lease.model}: engine did not accept the request: {exc}")
+    if not isinstance(exc, httpx.HTTPError):
         # The HTTP stack is not always tidy when a peer vanishes mid-connect (httpcore with
         # anyio can raise AttributeError): still the engine's failure, never a 500.
         _log.warning("%s: engine connection failed: %r", lease.model, exc)
-        raise EngineUnavailable(
-            f"{lease.model}: engine connection failed: {type(exc).__name__}: {exc}"
-        ) from exc
+    return EngineUnavailable(
+        f"{lease.model}: engine connection failed: {type(exc).__name__}: {exc}"
+    )
 
 
 def _json_reply(
@@ -271,100 +315,3 @@ def _engine_message(content: bytes) -> str | None:
             if isinstance(payload.get(key), str):
                 return str(payload[key])
     return None
-
-
-def _ends_with_done(chunk: bytes, previous: bytes) -> bool:
-    """Whether the stream's ``[DONE]`` event ends with ``chunk``. Reading stops there, before
-    the engine's end of body, and the worker closes the connection: a stream's connection is
-    never reused, and the TIME_WAIT is left on the worker's ephemeral port rather than on the
-    engine's port, which the port picker tests."""
-    if chunk.endswith(_DONE_EVENT):
-        return True
-    return len(chunk) < len(_DONE_EVENT) and (previous[-len(_DONE_EVENT) :] + chunk).endswith(
-        _DONE_EVENT
-    )
-
-
-async def _relay_events(
-    upstream: StreamResponse,
-    lease: Lease,
-    limits: Deadlines | None = None,
-    first: bytes = b"",
-    translate: EventTranslator | None = None,
-) -> AsyncIterator[bytes]:
-    """Yield whole SSE events as they arrive (through ``translate`` when given); end with an
-    error event if the engine fails. Everything that arrived since the last write leaves in
-    one write: a write costs about the same for one event as for a hundred. ``first`` is what
-    was read before answering."""
-    pending = b""
-    limits = limits or Deadlines(lease.read_timeout_s, Timeouts())
-    try:
-        with _translate(lease, limits):
-            while True:
-                pending += first or await limits.first(upstream.take())
-                first = b""
-                # Checked before cutting: one take can hold the end of an oversized event
-                # and the start of the next, and the size must not depend on where reads split.
-                if len(pending) > _MAX_SSE_EVENT_BYTES and _has_oversized_event(pending):
-                    yield _malformed(lease, "an event larger than 8 MiB")
-                    return
-                cut = pending.rfind(b"\n\n")
-                if cut >= 0:
-                    events, pending = pending[: cut + 2], pending[cut + 2 :]
-                    problem = _malformation(events)
-                    if problem is not None:
-                        yield _malformed(lease, problem)
-                        return
-                    if translate is not None:
-                        events = translate(events)
-                    if events:
-                        if lease.timer is not None:  # TTFT, then inter-token latency
-                            lease.timer.chunk(time.monotonic())
-                        yield events
-                if upstream.drained:
-                    if upstream.error is not None:
-                        raise upstream.error
-                    break
-        if pending.strip():
-            yield _malformed(lease, "a truncated event")
-    except SieError as error:
-        _log.warning("stream from %s ended: %s", lease.model, error.message)
-        yield (b"\n\n" if pending else b"") + sse_error_event(error)
-
-
-def _has_oversized_event(buffer: bytes) -> bool:
-    """Whether any event in ``buffer`` (the unfinished last one included) is over 8 MiB."""
-    return any(len(event) > _MAX_SSE_EVENT_BYTES for event in buffer.split(b"\n\n"))
-
-
-def _malformation(events: bytes) -> str | None:
-    """What is wrong with these SSE events, or None. A ``data:`` payload must look like one
-    JSON document (or ``[DONE]``): a structural check, not a parse, to keep the hot path
-    cheap; it catches garbage and truncated documents."""
-    for line in events.split(b"\n"):
-        line = line.rstrip(b"\r")
-        if not line:
-            continue
-        if not line.startswith(_SSE_FIELDS):
-            return "bytes that are not server-sent events"
-        if line.startswith(b"data:"):
-            payload = line[5:].strip()
-            if payload != b"[DONE]" and not (
-                payload[:1] in (b"{", b"[") and payload[-1:] in (b"}", b"]")
-            ):
-                return "an event whose data is not JSON"
-    return None
-
-
-def _malformed(lease: Lease, what: str) -> bytes:
-    error = EngineUnavailable(f"{lease.model}: engine sent {what}; stream closed")
-    _log.warning("%s", error.message)
-    return sse_error_event(error)
-
-
-async def _close(upstream: StreamResponse, lease: Lease) -> None:
-    # Runs after the response however it ended (done, failed, client gone).
-    try:
-        upstream.close()
-    finally:
-        lease.release()

@@ -159,6 +159,12 @@ def test_watchdog_is_passed_in_seconds(declared: float, flag: str) -> None:
     assert value_of(argv, "--watchdog-timeout") == flag
 
 
+def test_stream_interval_is_passed_as_sglang_s_flag() -> None:
+    argv = argv_of(served(example_profile(stream_interval=4)))
+    assert value_of(argv, "--stream-interval") == "4"
+    assert "--stream-interval" not in argv_of(served(example_profile()))
+
+
 @pytest.mark.parametrize(
     ("version", "flag"),
     [

@@ -81,6 +81,7 @@ _VALUE_FLAGS = (
     "grammar_backend",
     "reasoning_parser",
     "tool_call_parser",
+    "stream_interval",
 )
 
 

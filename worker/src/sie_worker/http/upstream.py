@@ -1,16 +1,20 @@
-"""One streamed HTTP/1.1 response over its own connection, parsed in C by httptools.
+"""One request to an upstream (an engine, a worker, a pod) on its own connection: the
+engine call of every hop's relay.
 
-The streaming hot path (``docs/benchmarks.md``): httpx parses a chunked body in Python,
-one h11 event per chunk, and an engine sends every server-sent event as its own chunk, so
-most of the worker's CPU per relayed event went there. This client does only what a stream
-needs: connect, send one request, parse the answer's head and body with httptools (already
-installed for uvicorn), buffer the body until the relay takes it, and stop reading early
-when told to. The worker uses it for streams to its engines, the slot router for every
-request it relays to a worker; JSON requests to engines and all polls stay on httpx.
+httptools parses the answer's head and body in C (httpx parses a chunked body in Python,
+one h11 event per chunk, and an engine sends every server-sent event as its own chunk).
+:func:`open_stream` connects, sends the request and returns once the head has arrived;
+:class:`StreamResponse` then hands the body over as it is read, either buffered
+(:meth:`~StreamResponse.take`; reading pauses past ``high_water`` bytes not yet taken) or
+spliced (:meth:`~StreamResponse.splice`: each read's body goes to a sink from the parser's
+callback, and reading pauses while the sink's client is behind). The request's deadlines
+(:class:`~sie_worker.http.deadlines.Deadlines`) are data: one timer per stream, re-armed from
+the last read rather than reset on each one.
 
 Failures are raised as httpx's exception types (``ConnectError``, ``ConnectTimeout``,
-``ReadTimeout``, ``ReadError``, ``RemoteProtocolError``) so that callers translate both
-clients' failures in one place.
+``ReadTimeout``, ``ReadError``, ``RemoteProtocolError``) and a passed deadline as
+:class:`~sie_worker.http.deadlines.DeadlineHit`, so callers translate every client's
+failures in one place.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from urllib.parse import urlsplit
 import httptools
 import httpx
 
+from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
+
 __all__ = ["StreamResponse", "open_stream"]
 
 _MAX_HEAD_BYTES = 64 * 1024
@@ -33,13 +39,14 @@ def _never(chunk: bytes, previous: bytes) -> bool:
 
 
 class StreamResponse(asyncio.Protocol):
-    """The answer to one request. :meth:`take` hands over the body read so far; reading
-    pauses past ``high_water`` bytes not yet taken (so a slow client slows the engine), and
-    stops for good when ``stop_after(chunk, previous)`` says the stream is complete."""
+    """The answer to one request. Buffered, :meth:`take` hands over the body read so far
+    and reading pauses past ``high_water`` bytes not yet taken; spliced
+    (:meth:`splice`), each read's body goes to a sink at once. Reading stops for good when
+    ``stop_after(chunk, previous)`` says the stream is complete."""
 
     def __init__(
         self,
-        read_timeout_s: float | None,
+        deadlines: Deadlines,
         high_water: int,
         stop_after: Callable[[bytes, bytes], bool],
         *,
@@ -49,7 +56,8 @@ class StreamResponse(asyncio.Protocol):
         self.headers: list[tuple[str, str]] = []
         self.error: Exception | None = None
         self.finished = False
-        self._read_timeout_s = read_timeout_s
+        self._deadlines = deadlines
+        self._read_s = deadlines.read_s
         self._high_water = high_water
         self._stop_after = stop_after
         self._head_only = head_only  # the answer to HEAD has no body, whatever it says
@@ -63,7 +71,9 @@ class StreamResponse(asyncio.Protocol):
         self._head_bytes = 0  # received while the head was incomplete
         self._header_bytes = 0  # in header names and values
         self._delimited_by_close = True  # until a content-length or chunked header says no
-        self._paused = False
+        self._body_seen = False
+        self._paused = False  # reading paused: bytes buffered here, or a client behind
+        self._sink: Callable[[bytes], bool] | None = None
         self._last_read = self._loop.time()
         self._timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
@@ -74,11 +84,11 @@ class StreamResponse(asyncio.Protocol):
         # Not an isinstance check: uvloop's transports do not subclass asyncio's.
         self._transport = cast(asyncio.Transport, transport)
         self._last_read = self._loop.time()
-        if self._read_timeout_s is not None:
-            self._timer = self._loop.call_at(self._last_read + self._read_timeout_s, self._check)
+        self._arm()
 
     def data_received(self, data: bytes) -> None:
-        if self._transport is None or self._transport.is_closing():
+        transport = self._transport
+        if transport is None or transport.is_closing():
             return  # closed from this side: whatever still arrives is not wanted
         self._last_read = self._loop.time()
         try:
@@ -92,11 +102,20 @@ class StreamResponse(asyncio.Protocol):
             else:
                 self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
             return
+        sink = self._sink
+        if sink is not None and self._chunks:
+            chunks = self._chunks
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunks.clear()
+            if sink(body) and not self._paused:
+                self._paused = True
+                transport.pause_reading()
+                self._arrived.set()
         if self.finished:
             self.close()
-        elif self._size > self._high_water and not self._paused and self._transport:
+        elif self._size > self._high_water and not self._paused:
             self._paused = True
-            self._transport.pause_reading()
+            transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
@@ -132,8 +151,10 @@ class StreamResponse(asyncio.Protocol):
         if self.finished:
             return
         self._chunks.append(body)
-        self._size += len(body)
-        self._arrived.set()
+        self._body_seen = True
+        if self._sink is None:
+            self._size += len(body)
+            self._arrived.set()
         if self._stop_after(body, self._previous):
             self._end()
         self._previous = body
@@ -163,11 +184,43 @@ class StreamResponse(asyncio.Protocol):
         data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
         self._chunks.clear()
         self._size = 0
+        if self._paused:
+            self.resume()
+        return data
+
+    def splice(self, sink: Callable[[bytes], bool]) -> None:
+        """From now on, hand each read's body to ``sink`` as it is parsed (what was read
+        already first). ``sink`` answers True when its client is behind: reading pauses
+        until :meth:`resume`, and :meth:`wait` returns."""
+        self._sink = sink
+        self._size = 0
+        if self._chunks:
+            body = b"".join(self._chunks)
+            self._chunks.clear()
+            if sink(body):
+                if not self._paused and self._transport is not None:
+                    self._paused = True
+                    self._transport.pause_reading()
+                return
+        if self._paused:
+            self.resume()
+
+    async def wait(self) -> None:
+        """Return when the response has ended (or failed), or reading paused for a client."""
+        if not self.finished and not self._paused:
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def resume(self) -> None:
         if self._paused and self._transport is not None:
             self._paused = False
             self._last_read = self._loop.time()  # time paused for the client is not idle
-            self._transport.resume_reading()
-        return data
+            if not self._transport.is_closing():
+                self._transport.resume_reading()
 
     async def read_all(self, limit: int) -> bytes:
         """The rest of the body, at most ``limit`` bytes (more is cut off)."""
@@ -212,18 +265,34 @@ class StreamResponse(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
+    def _arm(self) -> None:
+        """Set the one timer at the nearest deadline: the read timeout from the last read,
+        the first chunk's until a body has come, the whole answer's."""
+        due: float | None = None
+        if self._read_s is not None:
+            due = (self._loop.time() if self._paused else self._last_read) + self._read_s
+        fixed = self._deadlines.next_due(self._body_seen) if self._deadlines.fixed else None
+        if fixed is not None and (due is None or fixed[0] < due):
+            due = fixed[0]
+        if due is not None:
+            self._timer = self._loop.call_at(due, self._check)
+
     def _check(self) -> None:
-        # One timer per stream, re-armed from the last read rather than reset on each read.
-        assert self._read_timeout_s is not None
         self._timer = None
         if self.finished:
             return
         now = self._loop.time()
-        due = (now if self._paused else self._last_read) + self._read_timeout_s
-        if due > now:
-            self._timer = self._loop.call_at(due, self._check)
+        fixed = self._deadlines.next_due(self._body_seen) if self._deadlines.fixed else None
+        if fixed is not None and fixed[0] <= now:
+            limit = fixed[1]
+            self._fail(DeadlineHit(limit.name, limit.seconds))
             return
-        self._fail(httpx.ReadTimeout(f"no bytes from the engine for {self._read_timeout_s:g}s"))
+        if self._read_s is not None and not self._paused and self._last_read + self._read_s <= now:
+            read = self._deadlines.read
+            assert read is not None
+            self._fail(httpx.ReadTimeout(f"no bytes from upstream for {read.seconds:g}s"))
+            return
+        self._arm()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -238,25 +307,29 @@ async def open_stream(
     *,
     method: str = "POST",
     connect_timeout_s: float,
-    read_timeout_s: float | None,
+    read_timeout_s: float | None = None,
+    deadlines: Deadlines | None = None,
     high_water: int,
     stop_after: Callable[[bytes, bytes], bool] = _never,
     on_connected: Callable[[], None] | None = None,
 ) -> StreamResponse:
     """Send ``method`` with ``body`` to ``url`` (``http://host:port/path?query``) on a new
-    connection and return once the response head has arrived (within ``read_timeout_s`` of
-    connecting). ``headers`` must not carry Host, Content-Length or other hop-by-hop
-    headers: this client writes its own. ``on_connected`` is called once the connection is
-    up, just before the request is written: cancelled before that, nothing reached the
-    server."""
+    connection and return once the response head has arrived. ``deadlines`` bound the
+    answer (else just ``read_timeout_s`` between reads). ``headers`` must not carry Host,
+    Content-Length or other hop-by-hop headers: this client writes its own.
+    ``on_connected`` is called once the connection is up, just before the request is
+    written: cancelled before that, nothing reached the server."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise httpx.UnsupportedProtocol(f"only http:// URLs are streamed, got {url!r}")
     host, port = parts.hostname, parts.port or 80
     loop = asyncio.get_running_loop()
+    if deadlines is None:
+        read = Limit("read_timeout_s", read_timeout_s) if read_timeout_s is not None else None
+        deadlines = Deadlines(read)
 
     def protocol() -> StreamResponse:
-        return StreamResponse(read_timeout_s, high_water, stop_after, head_only=method == "HEAD")
+        return StreamResponse(deadlines, high_water, stop_after, head_only=method == "HEAD")
 
     try:
         async with asyncio.timeout(connect_timeout_s):

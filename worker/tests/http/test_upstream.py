@@ -1,4 +1,4 @@
-"""``stream_client`` on its own, against a scripted server on a real socket."""
+"""``upstream``: one request on its own connection, against a scripted server on a real socket."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from tests.support.proxy_app import EVERY_LOOP
 from tests.support.scripted_engine import HANG, answer_with, scripted_engine
 
-from sie_worker.http.stream_client import StreamResponse, open_stream
+from sie_worker.http.upstream import StreamResponse, open_stream
 
 pytestmark = EVERY_LOOP
 _TIMEOUTS = {"connect_timeout_s": 5.0, "read_timeout_s": 5.0, "high_water": 1 << 20}

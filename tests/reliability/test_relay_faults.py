@@ -1,0 +1,156 @@
+"""Slow and vanishing clients on the whole request path (gateway -> slot router -> worker ->
+fake engine, every one a real process on 127.0.0.1), where each hop writes a stream's events
+to its client from the upstream parser's callback.
+
+- A client that stops reading: each hop stops reading its upstream once its client's socket
+  and its own write buffer are full, so no hop's memory grows with the stream (a stream of
+  hundreds of MB that every hop would hold otherwise); the engine's writes block.
+- A client that leaves mid-stream, reading or not: every hop closes its upstream
+  connection, the engine's request ends as abandoned, and every in-flight count (engine,
+  worker, router, gateway) is back to zero.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.support.gateway_fixtures import GatewayProcess, PodProcess
+from tests.support.worker_fixtures import fake_model, wait_until
+
+pytestmark = pytest.mark.slow
+
+MODEL = "org/m"
+_MIB = 1024 * 1024
+
+
+@dataclass
+class Chain:
+    gateway: GatewayProcess
+    pod: PodProcess
+
+    @property
+    def worker_url(self) -> str:
+        return self.pod.workers[0].url
+
+    def engine_url(self) -> str:
+        worker = psutil.Process(self.pod.workers[0].process.pid)
+        for child in worker.children(recursive=True):
+            argv = child.cmdline()
+            if "--port" in argv and any("fake_engine" in a for a in argv):
+                return f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+        raise AssertionError("the worker has no engine")
+
+    def engine(self) -> dict[str, Any]:
+        info: dict[str, Any] = httpx.get(self.engine_url() + "/_fake/info", timeout=10).json()
+        return info
+
+    def rss(self) -> dict[str, int]:
+        pids = {
+            "gateway": self.gateway.process.pid,
+            "router": self.pod.router.pid,
+            "worker": self.pod.workers[0].process.pid,
+        }
+        return {name: psutil.Process(pid).memory_info().rss for name, pid in pids.items()}
+
+    def inflight(self) -> dict[str, float]:
+        """Every hop's count of requests in flight."""
+        return {
+            "engine": float(self.engine()["in_flight"]),
+            "worker": _metric(self.worker_url, f'sie_inflight_requests{{model="{MODEL}"}}'),
+            "router": _metric(self.pod.url, 'sie_router_inflight_requests{slot="0"}'),
+            "gateway": _metric(
+                self.gateway.url, 'sie_gateway_inflight_requests{bundle="sglang",pool="p"}'
+            ),
+        }
+
+
+def _metric(url: str, series: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+@pytest.fixture
+def chain(
+    start_pod: Callable[..., PodProcess], start_gateway: Callable[..., GatewayProcess]
+) -> Chain:
+    pod = start_pod([fake_model(MODEL)])
+    gateway = start_gateway([{"pool": "p", "bundle": "sglang", "gpu_type": "l4",
+                              "endpoints": [pod.url]}])  # fmt: skip
+    chain = Chain(gateway, pod)
+    with httpx.Client(base_url=gateway.url, timeout=60) as client:
+        load = client.post(f"/v1/models/{MODEL}/load")
+        assert load.status_code == 200, load.text
+    return chain
+
+
+def _open_stream(chain: Chain, fake: dict[str, Any], receive_buffer: int = 4096) -> socket.socket:
+    """A client socket that has sent one streaming request through the gateway."""
+    body = json.dumps({"model": MODEL, "prompt": "a b c", "stream": True, "fake": fake}).encode()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.connect(("127.0.0.1", chain.gateway.port))
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    sock.sendall(head + body)
+    return sock
+
+
+def _all_zero(chain: Chain) -> bool:
+    return all(v == 0 for v in chain.inflight().values())
+
+
+def test_a_client_that_stops_reading_never_makes_a_hop_buffer_the_stream(chain: Chain) -> None:
+    before = chain.rss()
+    # About 2 million events of ~190 bytes: some 380 MB, far more than every socket buffer
+    # on the way can hold, written by the engine as fast as it can.
+    sock = _open_stream(chain, {"fast": True, "tokens": 2_000_000})
+    try:
+        wait_until(lambda: chain.inflight()["engine"] == 1, timeout=30)
+        time.sleep(4)  # the engine would have written it all by now: nothing reads it
+        grown = {k: v - before[k] for k, v in chain.rss().items()}
+        assert all(v < 48 * _MIB for v in grown.values()), grown
+        assert chain.inflight() == {"engine": 1, "worker": 1, "router": 1, "gateway": 1}
+    finally:
+        sock.close()
+    # The client left without reading: every hop closes its upstream, down to the engine,
+    # whose write fails long before the stream's end.
+    wait_until(lambda: _all_zero(chain), timeout=30)
+
+
+def test_a_client_that_leaves_mid_stream_ends_the_engine_request_at_every_hop(
+    chain: Chain,
+) -> None:
+    cancelled = chain.engine()["cancelled"]
+    sock = _open_stream(chain, {"tokens": 100_000, "token_delay_s": 0.005}, receive_buffer=65536)
+    try:
+        seen = b""
+        deadline = time.monotonic() + 30
+        while seen.count(b"\n\ndata: ") < 5:  # a few events have come through every hop
+            assert time.monotonic() < deadline, seen[-500:]
+            seen += sock.recv(65536)
+        assert b"HTTP/1.1 200" in seen
+        assert b"transfer-encoding: chunked" in seen.lower()
+    finally:
+        sock.close()
+    wait_until(lambda: _all_zero(chain), timeout=30)
+    assert chain.engine()["cancelled"] == cancelled + 1
+    # The path still serves, and its counts go back to zero again.
+    with httpx.Client(base_url=chain.gateway.url, timeout=60) as client:
+        answer = client.post(
+            "/v1/completions", json={"model": MODEL, "prompt": "x", "fake": {"tokens": 3}}
+        )
+    assert answer.status_code == 200, answer.text
+    wait_until(lambda: _all_zero(chain), timeout=30)

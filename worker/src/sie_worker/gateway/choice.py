@@ -1,0 +1,172 @@
+"""Pool choice: which pool x bundles may serve a request, and what routing needs to know
+of it (:class:`Selection`: the model, its width, the session key).
+
+:func:`select_pools`: ``X-SIE-Pool`` names a pool (case-insensitive);
+``X-SIE-MACHINE-PROFILE`` (what ``gpu="l4-4x"`` sends) matches pools by machine profile,
+else by GPU type. Either unmatched: 404 ``unknown_pool`` listing the pools. Of those left,
+the pools whose bundle runs the model's adapter and whose slots are as wide as the model
+may serve it; none: 409 ``no_pool`` saying why for each.
+
+The model's width (:func:`model_width`) is its config's ``tensor_parallel_size`` when the
+gateway has the shipped configs, else the widest any pod lists for it: a pool whose slots
+are narrower is never a candidate, whether or not its pods list the model (they would
+refuse it with ``invalid_config``), and neither is a pod whose slots are
+(:func:`~sie_worker.gateway.policy.choose`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sie_worker.errors import NoPool, UnknownModel, UnknownPool
+from sie_worker.gateway.catalogue import Catalogue
+from sie_worker.gateway.pools import PoolKey, PoolSpec
+from sie_worker.gateway.state import Fleet
+
+__all__ = [
+    "SESSION_FIELDS",
+    "Selection",
+    "model_width",
+    "select_pools",
+    "selection",
+    "session_key",
+]
+
+# Where a session key comes from, after the X-Session-Id header: JSON body fields.
+SESSION_FIELDS = ("user", "prompt_cache_key", "routing_key")
+
+
+def selection(
+    specs: Sequence[PoolSpec],
+    catalogue: Catalogue,
+    fleet: Fleet,
+    model: str,
+    headers: Mapping[str, str],
+    payload: Mapping[str, Any] | None,
+) -> Selection:
+    """Everything routing needs of a request for ``model`` (raises the refusals of
+    :func:`select_pools`)."""
+    width = model_width(catalogue, fleet, model)
+    groups = select_pools(
+        specs,
+        catalogue,
+        fleet.listings(),
+        model,
+        width=width,
+        pool=headers.get("x-sie-pool"),
+        profile=headers.get("x-sie-machine-profile"),
+    )
+    return Selection(model, width, tuple(groups), session_key(headers, payload))
+
+
+def model_width(catalogue: Catalogue, fleet: Fleet, model: str) -> int:
+    """GPUs per slot the model needs: its config's, else the widest any pod lists."""
+    info = catalogue.models.get(model)
+    if info is not None:
+        return info.width
+    return fleet.width_of(model) or 1
+
+
+def session_key(headers: Mapping[str, str], payload: Mapping[str, Any] | None) -> str | None:
+    """``X-Session-Id``, else the first of :data:`SESSION_FIELDS` in the JSON body that is
+    a nonempty string."""
+    header = headers.get("x-session-id", "").strip()
+    if header:
+        return header
+    if payload is None:
+        return None
+    for name in SESSION_FIELDS:
+        value = payload.get(name)
+        if isinstance(value, str) and value:
+            return f"{name}:{value}"
+    return None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A request's model, the pool x bundles that may serve it (in order), its session."""
+
+    model: str
+    width: int
+    groups: tuple[PoolKey, ...]
+    session: str | None = None
+
+
+def _describe_pools(specs: Sequence[PoolSpec]) -> str:
+    pools: dict[str, PoolSpec] = {}
+    for spec in specs:
+        pools.setdefault(spec.pool, spec)
+    return ", ".join(
+        f"{name} (machine profile {s.machine_profile}, GPU type {s.gpu_type})"
+        for name, s in sorted(pools.items())
+    )
+
+
+def select_pools(
+    specs: Sequence[PoolSpec],
+    catalogue: Catalogue,
+    listings: Mapping[PoolKey, frozenset[str] | None],
+    model: str,
+    *,
+    width: int = 1,
+    pool: str | None = None,
+    profile: str | None = None,
+) -> list[PoolKey]:
+    """The pool x bundles that may serve ``model`` (``width`` GPUs per slot), in
+    pools-file order.
+
+    ``listings`` has, per pool x bundle, the models its polled pods list (None while none
+    was polled). Raises :class:`UnknownPool`, :class:`NoPool` or :class:`UnknownModel`.
+    """
+    candidates = list(specs)
+    pool = pool.strip() if pool else None
+    profile = profile.strip() if profile else None
+    if pool:
+        candidates = [s for s in candidates if s.pool.lower() == pool.lower()]
+        if not candidates:
+            raise UnknownPool(
+                f"X-SIE-Pool: no pool is named {pool!r}; the pools are {_describe_pools(specs)}"
+            )
+    if profile:
+        named = candidates
+        candidates = [s for s in named if s.matches_profile(profile)] or [
+            s for s in named if s.matches_gpu_type(profile)
+        ]
+        if not candidates:
+            within = f"pool {pool!r}" if pool else "no pool"
+            raise UnknownPool(
+                f"X-SIE-MACHINE-PROFILE: {within} has machine profile or GPU type "
+                f"{profile!r}; the pools are {_describe_pools(specs)}"
+            )
+    listed_anywhere = any(model in (m or ()) for m in listings.values())
+    if catalogue.complete and model not in catalogue.models and not listed_anywhere:
+        shown = sorted(catalogue.models)
+        more = f" and {len(shown) - 20} more" if len(shown) > 20 else ""
+        raise UnknownModel(
+            f"model {model!r} is not configured in any pool; configured models: "
+            f"{', '.join(shown[:20]) or 'none'}{more}"
+        )
+    eligible: list[PoolKey] = []
+    reasons: list[str] = []
+    for spec in candidates:
+        why = catalogue.fit(model, spec)
+        listed = listings.get(spec.key)
+        unlisted = listed is not None and model not in listed
+        if why is None and width > spec.slot_width:
+            # Whatever its pods list: a slot narrower than the model refuses it at load.
+            why = (
+                f"pool {spec.pool}, bundle {spec.bundle}: the model needs {width} GPUs per "
+                f"slot and the pool's slots have {spec.slot_width}"
+            )
+        if why is None and model not in catalogue.models and unlisted:
+            why = f"pool {spec.pool}, bundle {spec.bundle}: its pods do not serve {model}"
+        if why is None:
+            eligible.append(spec.key)
+        else:
+            reasons.append(why)
+    if not eligible:
+        scope = "the pools the request names" if pool or profile else "any pool"
+        raise NoPool(f"{scope} cannot serve {model}: " + "; ".join(reasons))
+    return eligible

@@ -1,0 +1,99 @@
+"""The deadlines of one relayed request, as data the relay consults.
+
+Three limits, each named by the option that set it (for the error message): the read
+timeout between chunks (``read_s``), the time to the first chunk (the answer's head, or a
+stream's first body bytes; ``first_chunk``) and the whole answer (``overall``). They are
+fixed when the request starts (:attr:`started`, loop time): the streamed path
+(:mod:`sie_worker.http.splice`) keeps one timer per stream armed at :meth:`next_due`; a
+JSON answer read through httpx awaits each step within :meth:`first` / :meth:`overall`.
+Past one, :class:`DeadlineHit` names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+__all__ = ["DeadlineHit", "Deadlines", "Limit"]
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str  # the option: ``first_chunk_timeout_s``, ``request_read_timeout_s``...
+    seconds: float
+
+
+class DeadlineHit(Exception):
+    """A deadline passed: ``name`` is the option, ``seconds`` its value."""
+
+    def __init__(self, name: str, seconds: float) -> None:
+        super().__init__(name)
+        self.name, self.seconds = name, seconds
+
+
+class Deadlines:
+    """One request's limits, from now: ``read`` between chunks, ``first_chunk`` until the
+    first chunk has come, ``overall`` for the whole answer (each None: no such limit)."""
+
+    __slots__ = ("_first_seen", "first_chunk", "overall", "read", "started")
+
+    def __init__(
+        self,
+        read: Limit | None = None,
+        *,
+        first_chunk: Limit | None = None,
+        overall: Limit | None = None,
+    ) -> None:
+        self.read, self.first_chunk, self.overall = read, first_chunk, overall
+        self.started = asyncio.get_running_loop().time()
+        self._first_seen = first_chunk is None
+
+    @property
+    def read_s(self) -> float | None:
+        return self.read.seconds if self.read is not None else None
+
+    @property
+    def fixed(self) -> bool:
+        """Whether any limit other than the read timeout applies."""
+        return self.first_chunk is not None or self.overall is not None
+
+    def next_due(self, first_seen: bool) -> tuple[float, Limit] | None:
+        """The earliest fixed deadline (loop time) still to come, and its limit: the first
+        chunk's until ``first_seen``, and the whole answer's."""
+        due: tuple[float, Limit] | None = None
+        if not first_seen and self.first_chunk is not None:
+            due = (self.started + self.first_chunk.seconds, self.first_chunk)
+        if self.overall is not None:
+            at = self.started + self.overall.seconds
+            if due is None or at < due[0]:
+                due = (at, self.overall)
+        return due
+
+    async def first(self, step: Awaitable[_T]) -> _T:
+        """Await ``step``, the wait for the next chunk, bounded by the first chunk's deadline
+        until one has come, and by the whole answer's."""
+        result = await self._bounded(step, self._first_seen)
+        self._first_seen = True
+        return result
+
+    async def overall_step(self, step: Awaitable[_T]) -> _T:
+        """Await ``step`` within the whole answer's deadline."""
+        return await self._bounded(step, True)
+
+    async def _bounded(self, step: Awaitable[_T], first_seen: bool) -> _T:
+        due = self.next_due(first_seen)
+        if due is None:
+            return await step  # the usual case: nothing but the read timeout
+        at, limit = due
+        deadline = asyncio.timeout_at(at)
+        try:
+            async with deadline:
+                return await step
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the step's own timeout, not ours
+            raise DeadlineHit(limit.name, limit.seconds) from None

@@ -1,0 +1,111 @@
+"""The client's connection, written to straight from the upstream parser's callback.
+
+A streamed answer that goes through ASGI costs one ``send`` message per write: a task
+switch, the middleware's wrappers and uvicorn's ``RequestResponseCycle.send`` for every
+event (the top of the relay's profile, ``docs/benchmarks.md``, Gateway). Once the answer's
+head has gone out through ``send`` (so middleware still sees and extends it) with chunked
+framing, its body can leave as chunks written to the client's transport directly, and the
+end through ``send`` again, where uvicorn finishes the exchange (keep-alive, pipelining).
+
+This relies on uvicorn's httptools protocol (``uvicorn.protocols.http.httptools_impl``):
+the ASGI ``send`` it passes is the bound method of a ``RequestResponseCycle`` whose
+``transport`` is the client's socket, whose ``flow`` pauses writes past the transport's
+high-water mark, and which records ``disconnected`` and the answer's ``chunked_encoding``.
+:data:`VERIFIED_UVICORN` is the release those internals were checked against; the locks pin
+it and ``worker/tests/http/test_wire.py`` fails when either changes. Anything else (another
+server or protocol, ``httpx.ASGITransport`` in tests, HEAD, HTTP/1.0, a body with a length)
+gets no wire, and the caller relays through ``send`` as before.
+
+:class:`WiredStarlette` is the app class that records the cycle: it has to be seen before
+Starlette's own middleware wraps ``send``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.types import Receive, Scope, Send
+
+__all__ = ["VERIFIED_UVICORN", "Wire", "WiredStarlette", "cycle_class", "wire_for"]
+
+VERIFIED_UVICORN = "0.54.0"
+_SCOPE_KEY = "sie_worker.wire"  # the cycle, kept in the scope for the response to find
+
+
+def cycle_class() -> type[Any] | None:
+    """uvicorn's httptools ``RequestResponseCycle`` when it has what :class:`Wire` uses."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+    except ImportError:  # no httptools: uvicorn serves with h11, and there is no wire
+        return None
+    return RequestResponseCycle
+
+
+_CYCLE = cycle_class()
+
+
+class WiredStarlette(Starlette):
+    """A Starlette app that keeps uvicorn's cycle in the scope for :func:`wire_for`."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or type(getattr(send, "__self__", None)) is not _CYCLE:
+            await super().__call__(scope, receive, send)
+            return
+        scope[_SCOPE_KEY] = send.__self__  # type: ignore[attr-defined]
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # The cycle holds the scope: leave no reference loop for the collector to find.
+            del scope[_SCOPE_KEY]
+
+
+class Wire:
+    """The client's transport for one answer whose head has gone out chunked.
+
+    :meth:`write` frames ``data`` as one chunk and writes it; it answers whether the
+    client is behind (uvicorn's flow control paused writing: the transport holds more than
+    its high-water mark), in which case the caller stops reading upstream and waits for
+    :meth:`drain`. Bytes for a client that has gone are dropped.
+    """
+
+    __slots__ = ("_cycle", "_flow", "_transport")
+
+    def __init__(self, cycle: Any) -> None:
+        self._cycle = cycle
+        self._transport: asyncio.Transport = cycle.transport
+        self._flow = cycle.flow
+
+    def write(self, data: bytes) -> bool:
+        if self._transport.is_closing():
+            return True
+        self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return bool(self._flow.write_paused)
+
+    @property
+    def gone(self) -> bool:
+        return bool(self._cycle.disconnected) or self._transport.is_closing()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes written and not yet taken by the client's socket."""
+        return int(self._transport.get_write_buffer_size())
+
+    async def drain(self) -> None:
+        """Return once the client has taken enough to write again (or has gone)."""
+        if self._flow.write_paused and not self._cycle.disconnected:
+            await self._flow.drain()
+
+
+def wire_for(scope: Scope) -> Wire | None:
+    """The wire of an answer whose head was just sent, when its body may be written to the
+    client directly: uvicorn's httptools cycle, HTTP/1.1, not HEAD, chunked framing."""
+    cycle = scope.get(_SCOPE_KEY)
+    if cycle is None or scope.get("http_version") != "1.1" or scope.get("method") == "HEAD":
+        return None
+    if not cycle.response_started or cycle.response_complete or cycle.disconnected:
+        return None
+    if cycle.chunked_encoding is not True:
+        return None
+    return Wire(cycle)
