@@ -6,7 +6,7 @@ import pytest
 
 from sie_worker.http.poll import PollError
 from sie_worker.router.metrics import RouterMetrics
-from sie_worker.router.policy import ModelView
+from sie_worker.router.policy import Decision, ModelView
 from sie_worker.router.settings import RouterSettings
 from sie_worker.router.state import SlotTable, parse_devices, parse_models
 
@@ -80,6 +80,21 @@ def test_dispatch_is_visible_until_a_poll_started_after_it_lands() -> None:
     t.apply_poll(0, clock(), {"a": ModelView("ready"), "b": ModelView()}, (("cuda:0", "a"),), True)
     assert t.slots[0].pending == []
     assert t.views()[0].state_of("a") == "ready"
+
+
+def test_a_dispatch_in_flight_outlives_a_poll_answered_before_the_worker_saw_it() -> None:
+    t, clock = table()
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    t.apply_poll(1, clock(), dict(MODELS), FREE, True)
+    t.dispatched(0, "a", "free_device")
+    # The poll started after the dispatch, but the worker had not received the request yet.
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    assert t.views()[0].state_of("a") == "loading"
+    assert t.decide("a") == Decision(0, "loading")
+    t.finished(0, "a", changed=True, served=False)
+    t.apply_poll(0, clock(), dict(MODELS), FREE, True)
+    assert t.slots[0].pending == []
+    assert t.views()[0].state_of("a") == "unloaded"
 
 
 def test_a_served_request_marks_its_model_ready_before_the_next_poll() -> None:

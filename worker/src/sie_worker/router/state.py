@@ -4,9 +4,10 @@ Each slot's worker is polled in the background (``/v1/models``, ``/v1/devices``,
 ``/readyz``) every ``poll_interval_s`` and at once after the router changed it, so routing
 never waits on a round trip. Between polls, requests the router dispatched are applied to
 the last poll optimistically (:func:`record_dispatch`); a poll that started after a
-dispatch supersedes it. A slot that fails ``down_after_failures`` polls in a row (or
-refuses a connection) leaves rotation, its in-flight requests are aborted, and polling
-goes on so it comes back when it answers again.
+dispatch supersedes it, unless the dispatched request is still in flight and the worker
+does not show its model loading yet (the request has not reached it). A slot that fails
+``down_after_failures`` polls in a row (or refuses a connection) leaves rotation, its
+in-flight requests are aborted, and polling goes on so it comes back when it answers again.
 """
 
 from __future__ import annotations
@@ -173,7 +174,19 @@ class SlotTable:
             return  # an older poll finished late
         state.polled = SlotView(index=slot, devices=devices, models=models)
         state.polled_at = started_at
-        state.pending = [p for p in state.pending if p[0] > started_at]
+        # A dispatch stays while its request is in flight and the poll does not show the
+        # model yet: the request may not have reached the worker when the poll was answered
+        # (a loaded machine), and a burst must keep following it to the same slot.
+        state.pending = [
+            p
+            for p in state.pending
+            if p[0] > started_at
+            or (
+                not p[2]
+                and state.inflight_by_model.get(p[1], 0) > 0
+                and _not_begun(models.get(p[1]))
+            )
+        ]
         state.failures = 0
         state.last_error = None
         state.ready = ready
@@ -298,6 +311,11 @@ def parse_devices(body: Any) -> tuple[tuple[str, str | None], ...]:
         model = entry.get("model")
         devices.append((entry["device"], model if isinstance(model, str) else None))
     return tuple(devices)
+
+
+def _not_begun(view: ModelView | None) -> bool:
+    """True when a poll shows a dispatched model neither loading nor ready (not reached)."""
+    return view is not None and view.state not in ("loading", "ready")
 
 
 def _finite(value: object) -> float | None:
