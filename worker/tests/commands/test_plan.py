@@ -160,6 +160,7 @@ def test_transformers_model_plans_the_default_engine(
     assert result["env"] == {"CUDA_VISIBLE_DEVICES": ""}
 
 
+@pytest.mark.slow  # imports SGLang's parser in a fresh interpreter
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="sglang is not installed")
 def test_printed_argv_is_accepted_by_sglangs_parser() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}

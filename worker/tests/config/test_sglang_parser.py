@@ -285,6 +285,7 @@ def release(request: pytest.FixtureRequest) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow  # imports a whole SGLang release in a fresh interpreter
 def test_parser_runs_the_release_under_test(release: dict[str, Any]) -> None:
     assert release["version"] == release["table"]["sglang"]
 

@@ -18,6 +18,9 @@ from sie_worker.engines._errors import EngineError
 from sie_worker.engines._options import parse_options
 from sie_worker.engines._requests import requested_adapter
 
+# Real engines on the tiny Llama with LoRA adapters: among the suite's longest.
+pytestmark = pytest.mark.slow
+
 PROMPT = "The quick brown"
 
 

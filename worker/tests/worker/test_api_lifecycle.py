@@ -18,7 +18,10 @@ from tests.support.worker_fixtures import WorkerProcess, fake_model, wait_until
 StartWorker = Callable[..., WorkerProcess]
 
 
-def _stream(client: httpx.Client, model: str, **fake: object) -> tuple[int, list[str]]:
+def _stream(
+    client: httpx.Client, model: str, started: threading.Event | None = None, **fake: object
+) -> tuple[int, list[str]]:
+    """Stream a completion; ``started`` is set once its first event arrived."""
     body = {"model": model, "prompt": "hello", "max_tokens": 8, "stream": True}
     if fake:
         body["fake"] = fake
@@ -27,6 +30,8 @@ def _stream(client: httpx.Client, model: str, **fake: object) -> tuple[int, list
         for line in response.iter_lines():
             if line.startswith("data: "):
                 events.append(line[len("data: ") :])
+                if started is not None:
+                    started.set()
         return response.status_code, events
 
 
@@ -228,14 +233,16 @@ def test_sigterm_lets_streams_in_flight_finish_then_stops_engines_and_exits_0(
     with worker.client() as client:
         client.post("/v1/models/org/m/load").raise_for_status()
     result: dict[str, object] = {}
+    under_way = threading.Event()
 
     def consume() -> None:
         with worker.client() as client:
-            result["stream"] = _stream(client, "org/m", tokens=40)
+            result["stream"] = _stream(client, "org/m", under_way, tokens=40)
 
     thread = threading.Thread(target=consume)
     thread.start()
-    time.sleep(0.5)  # the stream is under way (40 tokens x 50 ms)
+    # The first event came: the stream is in flight (40 tokens x 50 ms), not merely sent.
+    assert under_way.wait(timeout=60), "the stream never started"
     engines = worker.engine_pids()
     code = worker.stop(signal.SIGTERM)
     thread.join(timeout=30)

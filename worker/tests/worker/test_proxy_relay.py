@@ -228,9 +228,14 @@ class _Observed:
 
 @pytest.mark.anyio
 async def test_each_relayed_write_is_timed_first_token_then_inter_token() -> None:
+    written = [anyio.Event() for _ in range(3)]
+
     async def paced() -> AsyncIterator[object]:
-        for event in _events(3):
+        for index, event in enumerate(_events(3)):
             yield event
+            # why: the gap starts once the relay wrote this event; a bare sleep lets a busy
+            # machine deliver two events in one read, and their writes leave back to back
+            await written[index].wait()
             await anyio.sleep(0.05)
 
     ttft, itl = _Observed(), _Observed()
@@ -239,6 +244,8 @@ async def test_each_relayed_write_is_timed_first_token_then_inter_token() -> Non
 
     async def send(message: Message) -> None:
         messages.append(message)
+        if 0 < (count := len(_bodies(messages))) <= len(written):
+            written[count - 1].set()
 
     async with scripted_engine(_script(paced)) as engine:
         app = proxy_app(engine.base_url, releases, timer=timer)
