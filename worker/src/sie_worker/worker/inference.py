@@ -23,9 +23,9 @@ from sie_worker.config.load_options import adapter_of
 from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.lora_choice import (
     ADAPTER_FIELD,
-    check_adapter,
     request_adapter,
     split_model,
+    unknown_adapter,
 )
 from sie_worker.config.model import ServedModel
 from sie_worker.config.runtime import is_grammar_constrained
@@ -168,16 +168,16 @@ async def _serve(
     label = BASE_ADAPTER
     if isinstance(adapter, str):
         if adapter not in facts.adapters:
-            check_adapter(record.served, adapter, param=param)  # raises, naming the adapters
+            raise unknown_adapter(record.id, facts.adapters, adapter, param=param)
         label = adapter
-    wait_s = load_wait(request.headers, sie_route=sie is not None)
     if raw is not None and model_id == asked.id:
         body = raw
     else:
         body = json.dumps({**call.payload, "model": model_id}).encode()
     headers: Any = request.headers if sie is None else {"content-type": "application/json"}
     running = record.running if record.state == "ready" else None
-    if running is None:  # the cold path: wait for its load
+    if running is None:  # the cold path: wait for its load (a warm request never waits)
+        wait_s = load_wait(request.headers, sie_route=sie is not None)
         try:
             running = await manager.hold(record, started=started, wait_s=wait_s, adapter=label)
         except ModelLoading as exc:

@@ -7,10 +7,10 @@ A :class:`Lease` is one request's hold on a ready engine (:func:`open_lease`): i
 request in flight while it lasts and, when released (once, when the answer is done),
 records its status and duration. This is the only code that counts requests in flight.
 
-Upstream failures are translated in one place (:func:`_failure`): no bytes within the
-read cap become ``engine_timeout`` (504; the engine is not restarted), a refused or broken
-connection becomes ``engine_unavailable`` (502). Once a stream has started, failures end it
-with one SSE error event instead, at an event boundary.
+Upstream failures are translated in one place (:func:`_failure`): no bytes within the read
+cap are ``engine_timeout`` (504; the engine is not restarted), a refused or broken
+connection ``engine_unavailable`` (502); a stream that has started ends with one SSE error
+event instead, at an event boundary.
 
 Streams are the hot path (``docs/benchmarks.md``): :func:`sie_worker.http.splice.relay_stream`
 owns each one from the engine's socket to the client's (its own engine connection, events
@@ -125,13 +125,12 @@ def open_lease(
         if running.inflight == 0:
             running.idle.set()
         seconds = time.monotonic() - started
-        metrics.request_duration.labels(model=model, code=lease.status, adapter=adapter).observe(
-            seconds
-        )
+        # Observed as WorkerMetrics.observe_request does, at the end of the answer.
+        duration = metrics.request_duration.labels(model=model, code=lease.status, adapter=adapter)
+        duration.observe(seconds)
 
-    read_s = running.options.request_read_timeout_s
-    lease = Lease(model, running.engine.base_url, read_s, release, timer=metrics.stream_timer)
-    lease.started = started
+    base_url, read_s = running.engine.base_url, running.options.request_read_timeout_s
+    lease = Lease(model, base_url, read_s, release, timer=metrics.stream_timer, started=started)
     return lease
 
 

@@ -26,7 +26,7 @@ __all__ = ["ServingFacts", "serving_facts"]
 @dataclass(frozen=True)
 class ServingFacts:
     tasks: frozenset[str]
-    adapters: frozenset[str]
+    adapters: tuple[str, ...]  # as declared (a few at most: a tuple is searched fastest)
     grammar_id: str
     runtime: RequestRuntime
 
@@ -34,7 +34,7 @@ class ServingFacts:
 def serving_facts(served: ServedModel) -> ServingFacts:
     return ServingFacts(
         tasks=frozenset(served.config.tasks),
-        adapters=frozenset(adapter_names(served.profile.loadtime)),
+        adapters=adapter_names(served.profile.loadtime),
         grammar_id=grammar_target(served.config, served.id),
         runtime=request_runtime(served),
     )
