@@ -86,7 +86,11 @@ def proxy_app(
     async def endpoint(request: Request) -> Response:
         body = await request.body()
         lease = Lease(
-            "org/m", base_url, read_timeout, on_release=lambda: releases.of(lease), timer=timer
+            "org/m",
+            base_url,
+            read_timeout,
+            on_release=lambda: releases.of(lease),
+            timer=None if timer is None else lambda model, started: timer,
         )
         async with httpx.AsyncClient(transport=transport) as client:
             try:

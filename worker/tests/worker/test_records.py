@@ -13,7 +13,8 @@ from sie_worker.config.reader import parse_config
 from sie_worker.worker.launcher.process import EngineProcess
 from sie_worker.worker.launcher.start import RunningEngine
 from sie_worker.worker.metrics import WorkerMetrics
-from sie_worker.worker.records import ModelRecord, open_lease
+from sie_worker.worker.proxy import open_lease
+from sie_worker.worker.records import ModelRecord
 
 
 class _Engine:

@@ -17,7 +17,7 @@ naming the adapters it has; requests without one are served by the base.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sie_worker.config.lora import BASE_ADAPTER, adapter_names
@@ -30,6 +30,7 @@ __all__ = [
     "check_adapter",
     "request_adapter",
     "split_model",
+    "unknown_adapter",
 ]
 
 ADAPTER_FIELD = "lora_path"  # SGLang's request field, what the engines read
@@ -83,13 +84,20 @@ def check_adapter(served: ServedModel, name: str, *, param: str = ADAPTER_FIELD)
     names = adapter_names(served.profile.loadtime)
     if name in names:
         return name
+    raise unknown_adapter(served.id, names, name, param=param)
+
+
+def unknown_adapter(
+    served_id: str, names: Sequence[str], name: str, *, param: str = ADAPTER_FIELD
+) -> UnknownModel:
+    """The refusal of adapter ``name``, which the served model (declaring ``names``) lacks."""
     has = (
         "its adapters: " + ", ".join(names)
         if names
         else "it declares no LoRA adapters (adapter_options.loadtime.lora_paths)"
     )
-    raise UnknownModel(
-        f"{served.id} has no LoRA adapter {name!r} ({has}); GET /v1/models lists them",
+    return UnknownModel(
+        f"{served_id} has no LoRA adapter {name!r} ({has}); GET /v1/models lists them",
         param=param,
     )
 

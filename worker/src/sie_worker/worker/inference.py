@@ -20,15 +20,15 @@ from starlette.responses import Response
 
 from sie_worker.config.adapters import UnknownAdapter
 from sie_worker.config.load_options import adapter_of
+from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.lora_choice import (
     ADAPTER_FIELD,
-    adapter_label,
-    check_adapter,
     request_adapter,
     split_model,
+    unknown_adapter,
 )
 from sie_worker.config.model import ServedModel
-from sie_worker.config.runtime import request_runtime
+from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.errors import InvalidRequest, ModelLoading, UnknownModel
 from sie_worker.http.request_id import REQUEST_ID_HEADER
 from sie_worker.settings import Settings
@@ -39,9 +39,9 @@ from sie_worker.sie_api.generate import generate_call, parse_generate
 from sie_worker.sie_api.ids import resolve_model_id, with_profile
 from sie_worker.sie_api.score import parse_score, score_call
 from sie_worker.worker.manager import ModelManager
-from sie_worker.worker.proxy import forward
+from sie_worker.worker.proxy import forward, open_lease
 from sie_worker.worker.records import ModelRecord
-from sie_worker.worker.request import load_wait, read_payload, served_id, task_of
+from sie_worker.worker.request import ENGINE_TASKS, load_wait, read_payload
 
 __all__ = ["SIE_PATHS", "openai_request", "resolve_sie_model", "sie_request"]
 
@@ -58,15 +58,25 @@ async def openai_request(request: Request) -> Response:
     SGLang's ``<served id>:<adapter>``; the adapter it names (that suffix, SGLang's
     ``lora_path``, or sie-sdk's ``lora_adapter``) goes to the engine as ``lora_path``."""
     started = time.monotonic()
-    body = await request.body()
+    return await _serve(request, started, openai=await request.body())
+
+
+def _openai_call(
+    request: Request, manager: ModelManager, body: bytes
+) -> tuple[ModelRecord, EngineCall, bytes | None, str]:
+    """The record an OpenAI body names, its engine call, the body to relay unchanged (None:
+    rewrite it) and the field that named its adapter."""
     payload = read_payload(body)
-    manager = _manager(request)
     named = payload["model"]
     model_id = resolve_model_id(named, manager.records)
     from_model = None
     if model_id is None and (split := split_model(named, manager.records)) is not None:
         model_id, from_model = split
-    asked = manager.record(model_id or named)
+    asked = manager.records.get(model_id or named)
+    if asked is None:
+        raise UnknownModel(
+            f"model {named!r} is not configured here; GET /v1/models lists the models"
+        )
     raw: bytes | None = body if asked.id == named else None
     adapter = request_adapter(payload, from_model)
     param = "model" if from_model is not None else ADAPTER_FIELD
@@ -78,8 +88,7 @@ async def openai_request(request: Request) -> Response:
             payload[ADAPTER_FIELD] = adapter
         raw = None
     path: str = request.scope["path"]  # request.url would parse the Host header too
-    call = EngineCall(path, payload, stream=payload.get("stream") is True)
-    return await _serve(request, asked, call, started, raw=raw, sie=False, param=param)
+    return asked, EngineCall(path, payload, stream=payload.get("stream") is True), raw, param
 
 
 async def sie_request(request: Request) -> Response:
@@ -108,7 +117,7 @@ async def sie_request(request: Request) -> Response:
         call = generate_call(
             generate, asked.served, request_id=request.headers[REQUEST_ID_HEADER], started=started
         )
-    return await _serve(request, asked, call, started, raw=None, sie=True)
+    return await _serve(request, started, sie=(asked, call))
 
 
 def resolve_sie_model(
@@ -120,53 +129,64 @@ def resolve_sie_model(
         raise UnknownModel(
             f"model {model!r} is not configured here; GET /v1/models lists the models"
         )
-    return manager.record(model_id)
+    return manager.record(model_id)  # the SIE routes: not the OpenAI request's path
 
 
 async def _serve(
     request: Request,
-    asked: ModelRecord,
-    call: EngineCall,
     started: float,
     *,
-    raw: bytes | None,
-    sie: bool,
-    param: str = ADAPTER_FIELD,
+    openai: bytes | None = None,
+    sie: tuple[ModelRecord, EngineCall] | None = None,
 ) -> Response:
-    """Grammar routing, the task check, a lease, then the engine. ``raw``: the client's
-    body, relayed unchanged when the served model is the one it names (None: rewrite it);
-    ``sie``: a request of SIE's native API (its body is the engine's JSON, not the client's);
-    ``param``: the request field that named the adapter (``lora_path`` in the payload),
-    which must be one of the served model's."""
+    """Either route's request, in the order its bytes flow: the served model (grammar
+    routing, the task and adapter checks), a lease on its engine, the engine call.
+    ``openai``: an OpenAI body (relayed unchanged when the served model is the one it
+    names); ``sie``: an SIE request's record and engine call (its body is the engine's
+    JSON, not the client's). The adapter a request names must be one of the served
+    model's."""
     manager = _manager(request)
-    # What the request needs of each helper, asked once each, before the lease.
-    wait_s = load_wait(request.headers, sie_route=sie)
-    task = task_of(call.path)
-    model_id = served_id(asked.served.config, asked.id, call.payload)
-    record = manager.record(model_id)
-    if task not in record.served.config.tasks:
+    if sie is None:
+        asked, call, raw, param = _openai_call(request, manager, openai or b"")
+    else:
+        (asked, call), raw, param = sie, None, ADAPTER_FIELD
+    # The served model's facts are data on its record: nothing is worked out per request.
+    model_id = asked.facts.grammar_id if is_grammar_constrained(call.payload) else asked.id
+    record = asked if model_id == asked.id else manager.records.get(model_id)
+    if record is None:
+        raise UnknownModel(
+            f"model {model_id!r} is not configured here; GET /v1/models lists the models"
+        )
+    facts = record.facts
+    task = ENGINE_TASKS[call.path]
+    if task not in facts.tasks:
         raise InvalidRequest(
             f"{model_id} does not serve {request.url.path}: its config declares tasks "
-            f"{sorted(record.served.config.tasks)}, not {task!r}"
+            f"{sorted(facts.tasks)}, not {task!r}"
         )
     adapter = call.payload.get(ADAPTER_FIELD)
-    label = adapter_label(record.served, adapter if isinstance(adapter, str) else None)
+    label = BASE_ADAPTER
     if isinstance(adapter, str):
-        check_adapter(record.served, adapter, param=param)
-    runtime = request_runtime(record.served)
+        if adapter not in facts.adapters:
+            raise unknown_adapter(record.id, facts.adapters, adapter, param=param)
+        label = adapter
     if raw is not None and model_id == asked.id:
         body = raw
     else:
         body = json.dumps({**call.payload, "model": model_id}).encode()
-    headers: Any = {"content-type": "application/json"} if sie else request.headers
-    try:
-        lease = await manager.acquire(model_id, started=started, wait_s=wait_s, adapter=label)
-    except ModelLoading as exc:
-        raise ModelLoading(
-            f"{model_id} is still loading after {wait_s:g} s; retry after Retry-After "
-            "(sie-sdk does), or send 'Prefer: wait=N' to wait up to N s",
-            retry_after_s=int(exc.headers.get("Retry-After", "5")),
-        ) from None
+    headers: Any = request.headers if sie is None else {"content-type": "application/json"}
+    running = record.running if record.state == "ready" else None
+    if running is None:  # the cold path: wait for its load (a warm request never waits)
+        wait_s = load_wait(request.headers, sie_route=sie is not None)
+        try:
+            running = await manager.hold(record, started=started, wait_s=wait_s, adapter=label)
+        except ModelLoading as exc:
+            raise ModelLoading(
+                f"{model_id} is still loading after {wait_s:g} s; retry after Retry-After "
+                "(sie-sdk does), or send 'Prefer: wait=N' to wait up to N s",
+                retry_after_s=int(exc.headers.get("Retry-After", "5")),
+            ) from None
+    lease = open_lease(record, running, manager.metrics, started=started, adapter=label)
     return await forward(
         request.app.state.http,
         lease,
@@ -175,7 +195,7 @@ async def _serve(
         headers,
         stream=call.stream,
         request_id=request.headers[REQUEST_ID_HEADER],
-        runtime=runtime,
+        runtime=facts.runtime,
         answer=call.answer,
         events=call.events,
     )

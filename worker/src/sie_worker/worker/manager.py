@@ -31,6 +31,7 @@ from sie_worker.errors import LoadFailed, ModelLoading, PlacementFailed, SieErro
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import exports_metrics
 from sie_worker.worker.launcher.process import start_group_guard
+from sie_worker.worker.launcher.start import RunningEngine
 from sie_worker.worker.launcher.stops import EngineStops, consume_exception
 from sie_worker.worker.loading import Loader
 from sie_worker.worker.metrics import WorkerMetrics
@@ -38,13 +39,7 @@ from sie_worker.worker.model_table import ModelTable
 from sie_worker.worker.pin_keeper import PinKeeper
 from sie_worker.worker.placement.claims import Placer, estimated_need
 from sie_worker.worker.placement.memory import DeviceMemory
-from sie_worker.worker.records import (
-    Lease,
-    ModelRecord,
-    adapter_entries,
-    model_entry,
-    open_lease,
-)
+from sie_worker.worker.records import ModelRecord, adapter_entries, model_entry
 from sie_worker.worker.weights.cache import HubSettings
 from sie_worker.worker.weights.load_step import ModelWeights
 
@@ -159,32 +154,30 @@ class ModelManager:
 
     # --- requests -----------------------------------------------------------------------
 
-    async def acquire(
+    async def hold(
         self,
-        model_id: str,
+        record: ModelRecord,
         *,
         started: float,
         wait_s: float | None = None,
         adapter: str = BASE_ADAPTER,
-    ) -> Lease:
-        """A lease on the model's ready engine, loading it first when needed. ``started``
-        (monotonic) is when the request arrived: the lease's release, or a failure here,
-        records the request's duration from then; ``adapter`` is its LoRA adapter's label."""
-        record = self.record(model_id)
+    ) -> RunningEngine:
+        """The model's engine once it is ready, loading it first: the cold path of a request
+        (a warm one finds ``record.running`` ready and opens its lease at once). ``started``
+        (monotonic) is when the request arrived: a failure here records the request's
+        duration from then; ``adapter`` is its LoRA adapter's label."""
         try:
-            return await self._acquire(record, started, wait_s, adapter)
+            return await self._hold(record, wait_s)
         except SieError as error:
             seconds = time.monotonic() - started
-            self.metrics.observe_request(model_id, str(error.status), seconds, adapter=adapter)
+            self.metrics.observe_request(record.id, str(error.status), seconds, adapter=adapter)
             raise
 
-    async def _acquire(
-        self, record: ModelRecord, started: float, wait_s: float | None, adapter: str
-    ) -> Lease:
+    async def _hold(self, record: ModelRecord, wait_s: float | None) -> RunningEngine:
         for _ in range(_ACQUIRE_ATTEMPTS):
             running = record.running
             if record.state == "ready" and running is not None:
-                return open_lease(record, running, self.metrics, started=started, adapter=adapter)
+                return running
             task = self._ensure_loading(record)
             if wait_s is None:
                 await _join_load(record.id, task)
@@ -246,7 +239,7 @@ class ModelManager:
             if record is None:
                 self.records[served.id] = ModelRecord(served)
             else:
-                record.served = served
+                record.serve(served)
                 record.config_pending = record.running is not None or record.load_task is not None
         await self._remove(gone)
 

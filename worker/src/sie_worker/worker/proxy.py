@@ -1,11 +1,16 @@
-"""The worker's side of a request to its engine: what is sent, and what the answer means.
+"""The worker's side of a request to its engine: the lease it holds, what is sent, and
+what the answer means.
 
-    lease (from the route) -> deadlines -> the engine call -> the answer, relayed
+    lease (opened by the route) -> deadlines -> the engine call -> the answer, relayed
 
-Upstream failures are translated in one place (:func:`_failure`): no bytes within the
-read cap become ``engine_timeout`` (504; the engine is not restarted), a refused or broken
-connection becomes ``engine_unavailable`` (502). Once a stream has started, failures end it
-with one SSE error event instead, at an event boundary.
+A :class:`Lease` is one request's hold on a ready engine (:func:`open_lease`): it counts the
+request in flight while it lasts and, when released (once, when the answer is done),
+records its status and duration. This is the only code that counts requests in flight.
+
+Upstream failures are translated in one place (:func:`_failure`): no bytes within the read
+cap are ``engine_timeout`` (504; the engine is not restarted), a refused or broken
+connection ``engine_unavailable`` (502); a stream that has started ends with one SSE error
+event instead, at an event boundary.
 
 Streams are the hot path (``docs/benchmarks.md``): :func:`sie_worker.http.splice.relay_stream`
 owns each one from the engine's socket to the client's (its own engine connection, events
@@ -33,12 +38,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from starlette.responses import Response
 
+from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.runtime import RequestRuntime, Timeouts
 from sie_worker.errors import (
     EngineTimeout,
@@ -51,9 +59,13 @@ from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
 from sie_worker.http.splice import relay_stream
 from sie_worker.sie_api.call import Answer, Events, EventTranslator
 from sie_worker.worker.events import MAX_EVENT_BYTES, EventCheck, ends_with_done
-from sie_worker.worker.records import Lease
+from sie_worker.worker.metrics import StreamTimer, WorkerMetrics
 
-__all__ = ["Lease", "forward"]
+if TYPE_CHECKING:
+    from sie_worker.worker.launcher.start import RunningEngine
+    from sie_worker.worker.records import ModelRecord
+
+__all__ = ["Lease", "forward", "open_lease"]
 
 _log = logging.getLogger("sie_worker.proxy")
 _T = TypeVar("_T")
@@ -66,6 +78,60 @@ _STREAM_HEADERS = {
     "cache-control": "no-cache",
     "x-accel-buffering": "no",
 }
+
+
+@dataclass
+class Lease:
+    """A claim on a ready engine for one request; :meth:`release` ends it (idempotent)."""
+
+    model: str
+    base_url: str
+    read_timeout_s: float | None
+    on_release: Callable[[], None] = field(repr=False)
+    status: str = "error"  # the HTTP status the client got, for metrics
+    # Makes the timer of a streamed answer's writes (TTFT, inter-token latency) from the
+    # model and ``started`` once the stream is open; None: not measured.
+    timer: Callable[[str, float], StreamTimer] | None = field(default=None, repr=False)
+    started: float = 0.0  # monotonic: when the request arrived
+    _released: bool = field(default=False, repr=False)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.on_release()
+
+
+def open_lease(
+    record: ModelRecord,
+    running: RunningEngine,
+    metrics: WorkerMetrics,
+    *,
+    started: float,
+    adapter: str = BASE_ADAPTER,
+) -> Lease:
+    """Count one request in flight on ``running`` until the lease is released; the release
+    records the request's status and its duration since ``started`` (monotonic)."""
+    model = record.id
+    inflight = metrics.inflight.labels(model=model)
+    running.inflight += 1
+    running.idle.clear()
+    record.touch()
+    inflight.inc()
+
+    def release() -> None:
+        running.inflight -= 1
+        record.touch()
+        inflight.dec()
+        if running.inflight == 0:
+            running.idle.set()
+        seconds = time.monotonic() - started
+        # Observed as WorkerMetrics.observe_request does, at the end of the answer.
+        duration = metrics.request_duration.labels(model=model, code=lease.status, adapter=adapter)
+        duration.observe(seconds)
+
+    base_url, read_s = running.engine.base_url, running.options.request_read_timeout_s
+    lease = Lease(model, base_url, read_s, release, timer=metrics.stream_timer, started=started)
+    return lease
 
 
 async def forward(
@@ -184,6 +250,8 @@ class _EngineStream:
     lease records; the event check on its way; the lease given back once at the end."""
 
     wait_first: bool
+    feed: Callable[[bytes], bytes]
+    end: Callable[[SieError | None], bytes]
 
     def __init__(
         self,
@@ -197,14 +265,18 @@ class _EngineStream:
         # With first_chunk_timeout_s, the client is answered once the first event came, so
         # that a silent engine gets a 504.
         self.wait_first = deadlines.first_chunk is not None
-        self._check = EventCheck(lease.model, translate, lease.timer)
-        self.feed = self._check.feed
-        self.end = self._check.end
+        self._translate = translate
 
     def opened(self, status: int, close: Callable[[], None]) -> None:
+        # The check (and the stream's timer) start with the engine's answer; feed and end
+        # are the check's own methods, so that each read costs one call.
+        lease = self._lease
         if status == 200:
-            self._lease.status = "200"  # what the client gets, unless it fails before
-        self._check.stop = close  # a stream the check refuses is read no further
+            lease.status = "200"  # what the client gets, unless it fails before
+        timer = lease.timer(lease.model, lease.started) if lease.timer is not None else None
+        check = EventCheck(lease.model, self._translate, timer)
+        check.stop = close  # a stream the check refuses is read no further
+        self.feed, self.end = check.feed, check.end
 
     def refused(self, status: int, body: bytes) -> Response:
         headers = {"x-request-id": self.headers["x-request-id"]}

@@ -1,10 +1,9 @@
-"""What the worker knows about each served model, the leases requests hold on its engine,
-and the API's view of a model.
+"""What the worker knows about each served model, and the API's view of a model.
 
-:class:`ModelRecord` is one served model's state (claims, memory, engine, pin, errors); only
-:class:`~sie_worker.worker.lifecycle.Lifecycle` moves its ``state``. A :class:`Lease` is one
-request's hold on a ready engine: it counts the request in flight while it lasts and, when
-released (once), records its status and duration. :func:`model_entry` renders a record for
+:class:`ModelRecord` is one served model's state (claims, memory, engine, pin, errors, and
+what requests read of its config); only :class:`~sie_worker.worker.lifecycle.Lifecycle`
+moves its ``state``. The leases requests hold on its engine are
+:mod:`sie_worker.worker.proxy`'s. :func:`model_entry` renders a record for
 ``/v1/models``; ``/v1/devices`` comes from the same claims
 (:func:`~sie_worker.worker.placement.claims.device_entries`), so the two views always agree.
 """
@@ -12,29 +11,27 @@ released (once), records its status and duration. :func:`model_entry` renders a 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sie_worker.config.load_options import declared_width
-from sie_worker.config.lora import BASE_ADAPTER, lora_adapters
+from sie_worker.config.lora import lora_adapters
 from sie_worker.config.model import ServedModel
 from sie_worker.model_states import ModelState
 from sie_worker.worker.launcher.start import RunningEngine
-from sie_worker.worker.metrics import StreamTimer, WorkerMetrics
+from sie_worker.worker.serving import ServingFacts, serving_facts
 from sie_worker.worker.weights.progress import Progress
 
 if TYPE_CHECKING:
     import asyncio
 
 __all__ = [
-    "Lease",
     "LoadPhase",
     "ModelRecord",
     "Move",
     "adapter_entries",
     "model_entry",
-    "open_lease",
 ]
 
 # Where a loading model is: fetching its weights (no devices claimed yet), or starting its
@@ -75,67 +72,23 @@ class ModelRecord:
     pinned_backoff_s: float = 1.0
     last_move: Move | None = None  # the last step of its lifecycle, with its reason
 
+    # What requests read of the config, worked out once (:mod:`sie_worker.worker.serving`).
+    facts: ServingFacts = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.facts = serving_facts(self.served)
+
     @property
     def id(self) -> str:
         return self.served.id
 
+    def serve(self, served: ServedModel) -> None:
+        """Serve ``served`` from now on (a config that changed)."""
+        self.served, self.facts = served, serving_facts(served)
+
     def touch(self) -> None:
         self.last_used = time.monotonic()
         self.last_used_wall = time.time()
-
-
-@dataclass
-class Lease:
-    """A claim on a ready engine for one request; :meth:`release` ends it (idempotent)."""
-
-    model: str
-    base_url: str
-    read_timeout_s: float | None
-    on_release: Callable[[], None] = field(repr=False)
-    status: str = "error"  # the HTTP status the client got, for metrics
-    # Times a streamed answer's writes (TTFT, inter-token latency); None: not measured.
-    timer: StreamTimer | None = field(default=None, repr=False)
-    _released: bool = field(default=False, repr=False)
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self.on_release()
-
-
-def open_lease(
-    record: ModelRecord,
-    running: RunningEngine,
-    metrics: WorkerMetrics,
-    *,
-    started: float,
-    adapter: str = BASE_ADAPTER,
-) -> Lease:
-    """Count one request in flight on ``running`` until the lease is released; the release
-    records the request's status and its duration since ``started`` (monotonic)."""
-    running.inflight += 1
-    running.idle.clear()
-    record.touch()
-    metrics.inflight.labels(model=record.id).inc()
-    lease = Lease(
-        model=record.id,
-        base_url=running.engine.base_url,
-        read_timeout_s=running.options.request_read_timeout_s,
-        on_release=lambda: None,
-        timer=metrics.stream_timer(record.id, started),
-    )
-
-    def release() -> None:
-        running.inflight -= 1
-        record.touch()
-        metrics.inflight.labels(model=record.id).dec()
-        if running.inflight == 0:
-            running.idle.set()
-        seconds = time.monotonic() - started
-        metrics.observe_request(record.id, lease.status, seconds, adapter=adapter)
-
-    lease.on_release = release
-    return lease
 
 
 def model_entry(

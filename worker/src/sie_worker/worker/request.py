@@ -30,6 +30,7 @@ __all__ = [
     "ENDPOINT_TASKS",
     "ENGINE_TASKS",
     "SIE_CLIENT_LOAD_WAIT_S",
+    "grammar_target",
     "load_wait",
     "prefer_wait",
     "read_payload",
@@ -66,8 +67,11 @@ def read_payload(body: bytes) -> dict[str, Any]:
 
 def served_id(config: ModelConfig, model_id: str, payload: Mapping[str, Any]) -> str:
     """The served model that answers ``payload`` sent to ``model_id`` (a model of ``config``)."""
-    if not is_grammar_constrained(payload):
-        return model_id
+    return grammar_target(config, model_id) if is_grammar_constrained(payload) else model_id
+
+
+def grammar_target(config: ModelConfig, model_id: str) -> str:
+    """The served model that answers a grammar-constrained request sent to ``model_id``."""
     profile = DEFAULT_PROFILE if model_id == config.sie_id else model_id[len(config.sie_id) + 1 :]
     target = grammar_profile_for(config, profile)
     if target == profile:
