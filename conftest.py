@@ -18,8 +18,26 @@ settings.register_profile("sie", deadline=None)
 settings.load_profile("sie")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # why: pytest-xdist hands tests out in collection order; the slow ones first keep the
     # run's tail short (a long test started last leaves the other workers idle). The sort is
     # stable: each module's tests stay together, in their order.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # why: a module (or class) fixture is set up once per worker that runs one of its tests:
+    # spread over four workers, a module of real engines started them four times. Such a
+    # module's tests form one xdist group (--dist loadgroup); the others spread freely.
+    for item in items:
+        if _uses_a_shared_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _uses_a_shared_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)  # set on every test function pytest collects
+    if info is None:
+        return False
+    return any(
+        definition.scope in ("module", "class", "package")
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )

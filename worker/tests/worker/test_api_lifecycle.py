@@ -275,8 +275,16 @@ def test_a_pinned_model_whose_engine_dies_is_loaded_again(start_worker: StartWor
     first = worker.engine_pids()
     for pid in first:
         os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: worker.models()["org/p"]["state"] != "ready", timeout=10)
-    wait_until(lambda: worker.models()["org/p"]["state"] == "ready", timeout=30)
+    # Waited on until the reload is seen whole (new engines, ready again): the state's short
+    # spell away from ready could fall between two polls of a busy machine.
+    wait_until(
+        lambda: (
+            bool(engines := worker.engine_pids())
+            and set(engines).isdisjoint(first)
+            and worker.models()["org/p"]["state"] == "ready"
+        ),
+        timeout=60,
+    )
     assert worker.models()["org/p"]["pinned"] is True
     assert set(worker.engine_pids()).isdisjoint(first)
     assert worker.devices() == {"cuda:0": "org/p", "cuda:1": "org/p"}
