@@ -178,6 +178,11 @@ class UnknownModel(SieError):
     code = "unknown_model"
     status = 404
 
+    @classmethod
+    def not_configured(cls, model: str) -> UnknownModel:
+        """The one wording of a model this worker does not serve, whichever route asked."""
+        return cls(f"model {model!r} is not configured here; GET /v1/models lists the models")
+
 
 class NotFound(SieError):
     code = "not_found"

@@ -74,9 +74,7 @@ def _openai_call(
         model_id, from_model = split
     asked = manager.records.get(model_id or named)
     if asked is None:
-        raise UnknownModel(
-            f"model {named!r} is not configured here; GET /v1/models lists the models"
-        )
+        raise UnknownModel.not_configured(named)
     raw: bytes | None = body if asked.id == named else None
     adapter = request_adapter(payload, from_model)
     param = "model" if from_model is not None else ADAPTER_FIELD
@@ -126,9 +124,7 @@ def resolve_sie_model(
     """The record an SIE path names (:mod:`sie_worker.sie_api.ids`)."""
     model_id = resolve_model_id(with_profile(model, profile), manager.records, generate=generate)
     if model_id is None:
-        raise UnknownModel(
-            f"model {model!r} is not configured here; GET /v1/models lists the models"
-        )
+        raise UnknownModel.not_configured(model)
     return manager.record(model_id)  # the SIE routes: not the OpenAI request's path
 
 
@@ -154,9 +150,7 @@ async def _serve(
     model_id = asked.facts.grammar_id if is_grammar_constrained(call.payload) else asked.id
     record = asked if model_id == asked.id else manager.records.get(model_id)
     if record is None:
-        raise UnknownModel(
-            f"model {model_id!r} is not configured here; GET /v1/models lists the models"
-        )
+        raise UnknownModel.not_configured(model_id)
     facts = record.facts
     task = ENGINE_TASKS[call.path]
     if task not in facts.tasks:

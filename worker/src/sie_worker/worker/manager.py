@@ -125,9 +125,7 @@ class ModelManager:
     def record(self, model_id: str) -> ModelRecord:
         record = self.records.get(model_id)
         if record is None:
-            raise UnknownModel(
-                f"model {model_id!r} is not configured here; GET /v1/models lists the models"
-            )
+            raise UnknownModel.not_configured(model_id)
         return record
 
     def model_entry(self, record: ModelRecord) -> dict[str, Any]:
