@@ -19,9 +19,7 @@ settings.load_profile("sie")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not getattr(config.option, "numprocesses", None):
-        return  # serial: collection order, each module's fixtures set up once
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # why: pytest-xdist hands tests out in collection order; the slow ones first keep the
     # run's tail short (a long test started last leaves the other workers idle). The sort is
     # stable: each module's tests stay together, in their order.
