@@ -124,10 +124,7 @@ def open_lease(
         inflight.dec()
         if running.inflight == 0:
             running.idle.set()
-        seconds = time.monotonic() - started
-        # Observed as WorkerMetrics.observe_request does, at the end of the answer.
-        duration = metrics.request_duration.labels(model=model, code=lease.status, adapter=adapter)
-        duration.observe(seconds)
+        metrics.observe_request(model, lease.status, time.monotonic() - started, adapter=adapter)
 
     base_url, read_s = running.engine.base_url, running.options.request_read_timeout_s
     lease = Lease(model, base_url, read_s, release, timer=metrics.stream_timer, started=started)
