@@ -667,8 +667,8 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
         "",
         cpu_note,
         f"- **Low per-stream rates.** At {_RATE} every event is its own read, wake-up and "
-        "write, and each request pays uvicorn + Starlette set-up, the manager's lease and a "
-        f"new engine connection: the worker spends {_num(rate_cpu, '{:.0f}')} µs of CPU per "
+        "write, and each request pays uvicorn + Starlette set-up, the worker's lease and its "
+        f"engine call: the worker spends {_num(rate_cpu, '{:.0f}')} µs of CPU per "
         f"event at 64 streams there (nginx: {_num(nginx_rate_cpu, '{:.0f}')} µs), against "
         f"{_num(fast_cpu, '{:.1f}')} µs when events arrive in batches. Its largest self-time "
         "entries there are the event loop itself (`Runner.run`, "

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from sie_worker.config.runtime import RequestRuntime
 from sie_worker.errors import SieError
+from sie_worker.http.upstream import Connections
 from sie_worker.http.wire import WiredStarlette
 from sie_worker.worker.metrics import StreamTimer
 from sie_worker.worker.proxy import Lease, forward
@@ -76,12 +77,13 @@ def proxy_app(
     transport: httpx.AsyncBaseTransport | None = None,
     runtime: RequestRuntime | None = None,
     timer: StreamTimer | None = None,
+    connections: Connections | None = None,
 ) -> Starlette:
     """``POST /v1/completions`` forwarded to the engine at ``base_url`` for model ``org/m``
     with request id ``rid-1``; ``stream`` as the body says; design errors as JSON. JSON
     requests go through an httpx client on ``transport`` (e.g. ``httpx.MockTransport``),
     streams over their own connection to ``base_url``; ``runtime`` is the served model's;
-    ``timer`` times the stream's writes."""
+    ``timer`` times the stream's writes; ``connections``: the engine's kept-alive ones."""
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()
@@ -91,6 +93,7 @@ def proxy_app(
             read_timeout,
             on_release=lambda: releases.of(lease),
             timer=None if timer is None else lambda model, started: timer,
+            connections=connections,
         )
         async with httpx.AsyncClient(transport=transport) as client:
             try:

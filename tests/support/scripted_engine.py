@@ -10,7 +10,9 @@ request ``script(request)`` returns a :class:`Reply`. Its ``body`` yields what t
 single write, :data:`HANG` stops sending (the connection stays open until the client
 leaves) and :data:`DROP` closes the connection at once. ``engine.client_closed`` is set
 when the client closed a connection while the script still had things to send, or after it
-had finished.
+had finished. A chunked answer keeps its connection for the next request (HTTP/1.1
+keep-alive); with ``keep_alive=False`` the engine instead closes it when the next request
+comes, unanswered (a server that timed the connection out just then).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class ScriptedEngine:
     requests: list[EngineRequest] = field(default_factory=list)
     client_closed: asyncio.Event = field(default_factory=asyncio.Event)
     produced: int = 0  # body bytes written so far, over every request
+    connections: int = 0  # accepted so far
 
 
 async def _serve(
@@ -84,55 +87,12 @@ async def _serve(
     script: Script,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
+    keep_alive: bool,
 ) -> None:
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        method, path, _ = lines[0].split(" ", 2)
-        headers = {}
-        for line in lines[1:]:
-            if ":" in line:
-                name, value = line.split(":", 1)
-                headers[name.strip().lower()] = value.strip()
-        length = re.fullmatch(r"\d+", headers.get("content-length", "0"))
-        body = await reader.readexactly(int(length.group()) if length else 0)
-        request = EngineRequest(method, path, headers, body)
-        engine.requests.append(request)
-        reply = script(request)
-        if reply.head is not None:
-            writer.write(reply.head)
-        else:
-            names = dict(reply.headers)
-            if reply.chunked:
-                names["transfer-encoding"] = "chunked"
-            status = f"HTTP/1.1 {reply.status} X\r\n"
-            fields = "".join(f"{k}: {v}\r\n" for k, v in names.items())
-            writer.write((status + fields + "\r\n").encode())
-        await writer.drain()
-        if reply.body is not None:
-            async for item in reply.body:
-                if item is HANG:
-                    await reader.read()  # until the client leaves
-                    engine.client_closed.set()
-                    return
-                if item is DROP:
-                    writer.transport.abort()
-                    return
-                parts = item if isinstance(item, list) else [item]
-                assert all(isinstance(part, bytes) for part in parts)
-                frame = b"".join(
-                    b"%x\r\n%b\r\n" % (len(part), part) if reply.chunked else part for part in parts
-                )
-                engine.produced += sum(len(part) for part in parts)
-                writer.write(frame)
-                await writer.drain()
-        if reply.chunked:
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-        if not reply.chunked:
-            writer.close()
-            return
-        if not await reader.read(1):  # the client closed its end (we keep ours open)
+        while (answered := await _answer(engine, script, reader, writer)) and keep_alive:
+            pass
+        if answered and not await reader.read(1):  # the client closed its end (we keep ours open)
             engine.client_closed.set()
     except (ConnectionError, asyncio.IncompleteReadError, RuntimeError):
         # RuntimeError: uvloop's answer to a write on a transport the client has closed.
@@ -141,12 +101,70 @@ async def _serve(
         writer.close()
 
 
+async def _answer(
+    engine: ScriptedEngine,
+    script: Script,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> bool:
+    """Answer one request; True when the connection can take another, False when the
+    script ended it (HANG, DROP)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    length = re.fullmatch(r"\d+", headers.get("content-length", "0"))
+    body = await reader.readexactly(int(length.group()) if length else 0)
+    request = EngineRequest(method, path, headers, body)
+    engine.requests.append(request)
+    reply = script(request)
+    if reply.head is not None:
+        writer.write(reply.head)
+    else:
+        names = dict(reply.headers)
+        if reply.chunked:
+            names["transfer-encoding"] = "chunked"
+        status = f"HTTP/1.1 {reply.status} X\r\n"
+        fields = "".join(f"{k}: {v}\r\n" for k, v in names.items())
+        writer.write((status + fields + "\r\n").encode())
+    await writer.drain()
+    if reply.body is not None:
+        async for item in reply.body:
+            if item is HANG:
+                await reader.read()  # until the client leaves
+                engine.client_closed.set()
+                return False
+            if item is DROP:
+                writer.transport.abort()
+                return False
+            parts = item if isinstance(item, list) else [item]
+            assert all(isinstance(part, bytes) for part in parts)
+            frame = b"".join(
+                b"%x\r\n%b\r\n" % (len(part), part) if reply.chunked else part for part in parts
+            )
+            engine.produced += sum(len(part) for part in parts)
+            writer.write(frame)
+            await writer.drain()
+    if reply.chunked:
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    if not reply.chunked:
+        writer.close()  # the body ends with the connection
+        return False
+    return True
+
+
 @contextlib.asynccontextmanager
 async def scripted_engine(
-    script: Script, *, send_buffer: int | None = None
+    script: Script, *, send_buffer: int | None = None, keep_alive: bool = True
 ) -> AsyncIterator[ScriptedEngine]:
     """Serve ``script`` on a free 127.0.0.1 port. ``send_buffer`` caps the kernel's send
-    buffer of each connection (bytes), so that backpressure reaches the script quickly."""
+    buffer of each connection (bytes), so that backpressure reaches the script quickly;
+    ``keep_alive=False``: each connection's next request is met by its close."""
     engine = ScriptedEngine(base_url="")
     tasks: set[asyncio.Task[None]] = set()
     writers: set[asyncio.StreamWriter] = set()
@@ -160,8 +178,9 @@ async def scripted_engine(
         assert task is not None
         tasks.add(task)
         writers.add(writer)
+        engine.connections += 1
         try:
-            await _serve(engine, script, reader, writer)
+            await _serve(engine, script, reader, writer, keep_alive)
         finally:
             tasks.discard(task)
             writers.discard(writer)

@@ -11,7 +11,7 @@ import pytest
 from tests.support.proxy_app import EVERY_LOOP
 from tests.support.scripted_engine import HANG, answer_with, scripted_engine
 
-from sie_worker.http.upstream import StreamResponse, open_stream
+from sie_worker.http.upstream import Connections, StreamResponse, open_stream
 
 pytestmark = EVERY_LOOP
 _TIMEOUTS = {"connect_timeout_s": 5.0, "read_timeout_s": 5.0, "high_water": 1 << 20}
@@ -100,3 +100,139 @@ async def test_on_connected_says_when_the_request_is_about_to_be_written() -> No
 async def test_only_http_urls_are_streamed() -> None:
     with pytest.raises(httpx.UnsupportedProtocol):
         await _open("https://127.0.0.1:1/x")
+
+
+# -- kept-alive connections ------------------------------------------------------------------
+
+
+async def _read(response: StreamResponse) -> bytes:
+    body = await response.read_all(1 << 20)
+    response.close()
+    return body
+
+
+@pytest.mark.anyio
+async def test_an_answer_that_ended_cleanly_leaves_its_connection_for_the_next_request() -> None:
+    connections = Connections()
+    async with scripted_engine(answer_with(b"a", b"b")) as server:
+        for _ in range(3):
+            response = await _open(server.base_url + "/v1/x", b"{}", connections=connections)
+            assert await _read(response) == b"ab"
+            assert connections.idle() == 1
+        assert server.connections == 1
+        assert len(server.requests) == 3
+        assert response.reused
+        connections.close()
+        with anyio.fail_after(5):
+            await server.client_closed.wait()  # closed from this side
+    assert connections.idle() == 0
+
+
+@pytest.mark.anyio
+async def test_a_stream_stopped_at_its_last_event_is_read_to_its_end_and_kept() -> None:
+    connections = Connections()
+    done = b"data: [DONE]\n\n"
+
+    def stop(chunk: bytes, previous: bytes) -> bool:
+        return chunk.endswith(done)
+
+    async def body() -> Any:
+        yield b"data: 1\n\n"
+        yield done
+        await anyio.sleep(0.05)  # the end of the body comes a moment after [DONE]
+
+    def script(request: Any) -> Any:
+        from tests.support.scripted_engine import Reply
+
+        return Reply(body=body())
+
+    async with scripted_engine(script) as server:
+        for _ in range(2):
+            response = await _open(
+                server.base_url + "/v1/x", b"{}", connections=connections, stop_after=stop
+            )
+            assert await _read(response) == b"data: 1\n\n" + done
+            with anyio.fail_after(5):
+                while connections.idle() == 0:  # noqa: ASYNC110 - the drain has no event
+                    await anyio.sleep(0.01)
+        assert server.connections == 1
+        connections.close()
+
+
+@pytest.mark.anyio
+async def test_a_connection_the_upstream_closed_while_idle_is_not_reused() -> None:
+    connections = Connections()
+    async with scripted_engine(answer_with(b"a")) as server:
+        response = await _open(server.base_url + "/v1/x", b"{}", connections=connections)
+        assert await _read(response) == b"a"
+        assert connections.idle() == 1
+    # The engine has stopped (its connections were reset) and another one serves now.
+    async with scripted_engine(answer_with(b"b")) as again:
+        with anyio.fail_after(5):
+            while connections.idle():  # noqa: ASYNC110 - the close is seen by the idle protocol
+                await anyio.sleep(0.01)
+        response = await _open(again.base_url + "/v1/x", b"{}", connections=connections)
+        assert await _read(response) == b"b"
+    connections.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_on_a_connection_closed_as_it_was_sent_goes_again_on_a_new_one() -> None:
+    connections = Connections()
+    async with scripted_engine(answer_with(b"a"), keep_alive=False) as server:
+        first = await _open(server.base_url + "/v1/x", b"{}", connections=connections)
+        assert await _read(first) == b"a"
+        second = await _open(server.base_url + "/v1/x", b"{}", connections=connections)
+        assert await _read(second) == b"a"
+        assert server.connections == 2  # the second request was sent again, on its own
+        assert len(server.requests) == 2
+        assert not second.reused
+    connections.close()
+
+
+@pytest.mark.anyio
+async def test_idle_connections_are_closed_after_idle_s_and_at_most_max_idle_are_kept() -> None:
+    connections = Connections(idle_s=0.1, max_idle=1)
+    async with scripted_engine(answer_with(b"a")) as server:
+        both = [
+            await _open(server.base_url + "/v1/x", b"{}", connections=connections) for _ in range(2)
+        ]
+        for response in both:
+            assert await _read(response) == b"a"
+        assert connections.idle() == 1  # the second one back was closed
+        with anyio.fail_after(5):
+            while connections.idle():  # noqa: ASYNC110 - closed by its timer
+                await anyio.sleep(0.02)
+            await server.client_closed.wait()
+
+
+@pytest.mark.anyio
+async def test_no_connection_is_kept_after_connection_close_a_cut_body_or_head() -> None:
+    connections = Connections()
+    closing = answer_with(b"a", headers={"content-type": "text/plain", "connection": "close"})
+    async with scripted_engine(closing) as server:
+        assert await _read(await _open(server.base_url, b"{}", connections=connections)) == b"a"
+        assert connections.idle() == 0
+    async with scripted_engine(answer_with(b"a", HANG)) as server:
+        response = await _open(server.base_url, b"{}", connections=connections)
+        assert await response.take() == b"a"
+        response.close()  # the caller stopped mid-body
+        with anyio.fail_after(5):
+            await server.client_closed.wait()
+        assert connections.idle() == 0
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+    async with scripted_engine(answer_with(head=head, chunked=False)) as server:
+        response = await _open(server.base_url, method="HEAD", connections=connections)
+        assert await _read(response) == b""
+        assert connections.idle() == 0  # an answer to HEAD may say a length it does not send
+
+
+@pytest.mark.anyio
+async def test_closed_connections_keep_nothing() -> None:
+    connections = Connections()
+    connections.close()
+    async with scripted_engine(answer_with(b"a")) as server:
+        assert await _read(await _open(server.base_url, b"{}", connections=connections)) == b"a"
+        assert connections.idle() == 0
+        with anyio.fail_after(5):
+            await server.client_closed.wait()

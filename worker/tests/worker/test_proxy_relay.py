@@ -17,6 +17,7 @@ import pytest
 from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
 from tests.support.scripted_engine import EngineRequest, Reply, scripted_engine
 
+from sie_worker.http.upstream import Connections
 from sie_worker.worker.metrics import StreamTimer
 
 Message = dict[str, Any]
@@ -216,6 +217,40 @@ async def test_the_worker_closes_a_streams_engine_connection_first() -> None:
         assert len(engine.requests) == 1
     assert b"".join(_bodies(sent)) == DONE
     assert releases.count == 1
+
+
+@pytest.mark.anyio
+async def test_streams_of_a_running_engine_reuse_its_connection_closed_by_the_worker() -> None:
+    """With the engine's kept-alive connections (what a running engine has), a stream's
+    connection is read to the end of its body after [DONE] and serves the next stream; the
+    worker closes it when the engine stops, so the TIME_WAIT is still the worker's."""
+
+    async def one_event() -> AsyncIterator[object]:
+        yield _events(1)[0]
+        yield DONE
+
+    releases, connections = Releases(), Connections()
+    async with scripted_engine(_script(one_event)) as engine:
+        with anyio.fail_after(10):
+            for _ in range(3):
+                sent: list[Message] = []
+                app = proxy_app(engine.base_url, releases, connections=connections)
+                await app(_scope(), _receiver(True, anyio.Event()), _append_to(sent))
+                assert b"".join(_bodies(sent)) == _events(1)[0] + DONE
+                while not connections.idle():  # noqa: ASYNC110 - read to its end, then kept
+                    await anyio.sleep(0.01)
+            assert (engine.connections, len(engine.requests)) == (1, 3)
+            assert not engine.client_closed.is_set()
+            connections.close()  # the engine stops
+            await engine.client_closed.wait()
+    assert releases.count == 3
+
+
+def _append_to(messages: list[Message]) -> Callable[[Message], Any]:
+    async def send(message: Message) -> None:
+        messages.append(message)
+
+    return send
 
 
 class _Observed:

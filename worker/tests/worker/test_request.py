@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.worker_fixtures import WorkerProcess, fake_model
 
+from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.config.reader import parse_config
 from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.errors import InvalidRequest
@@ -21,9 +22,9 @@ from sie_worker.worker.request import (
     load_wait,
     prefer_wait,
     read_payload,
-    served_id,
     task_of,
 )
+from sie_worker.worker.serving import serving_facts
 
 StartWorker = Callable[..., WorkerProcess]
 GRAMMAR_REQUESTS: list[dict[str, Any]] = [
@@ -56,6 +57,13 @@ def _config(grammar_profile: str | None = "structured") -> Any:
     if grammar_profile is not None:
         doc["grammar_profile"] = grammar_profile
     return parse_config(doc, source=None)
+
+
+def served_id(config: ModelConfig, model_id: str, payload: dict[str, Any]) -> str:
+    """The served model the route picks for ``payload`` sent to ``model_id``: its facts'
+    grammar id when the payload is grammar-constrained (``worker/inference.py``)."""
+    served = {s.id: s for s in served_models(config)}[model_id]
+    return serving_facts(served).grammar_id if is_grammar_constrained(payload) else model_id
 
 
 @pytest.mark.parametrize("extra", GRAMMAR_REQUESTS)

@@ -9,7 +9,7 @@ from sie_worker.config.model import served_models
 from sie_worker.config.reader import parse_config
 from sie_worker.config.runtime import request_runtime
 from sie_worker.worker.records import ModelRecord
-from sie_worker.worker.request import served_id
+from sie_worker.worker.request import grammar_target
 from sie_worker.worker.serving import serving_facts
 
 
@@ -36,8 +36,7 @@ def _served(grammar_profile: str | None = "structured") -> dict[str, Any]:
 def test_the_facts_are_what_the_rules_say_for_the_served_model() -> None:
     served = _served()["org/m"]
     facts = serving_facts(served)
-    grammar = {"model": "org/m", "response_format": {"type": "json_object"}}
-    assert facts.grammar_id == served_id(served.config, "org/m", grammar) == "org/m:structured"
+    assert facts.grammar_id == grammar_target(served.config, "org/m") == "org/m:structured"
     assert facts.tasks == {"generate"}
     assert facts.adapters == ("sql", "chat")
     assert facts.runtime == request_runtime(served)

@@ -26,6 +26,7 @@ from sie_worker.errors import InvalidRequest, UnknownModel
 
 __all__ = [
     "ADAPTER_FIELD",
+    "ADAPTER_FIELDS",
     "adapter_label",
     "check_adapter",
     "request_adapter",
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 ADAPTER_FIELD = "lora_path"  # SGLang's request field, what the engines read
+# The OpenAI request fields that may name an adapter (sie-sdk's alias second).
+ADAPTER_FIELDS = (ADAPTER_FIELD, "lora_adapter")
 
 
 def split_model(named: str, served_ids: Iterable[str]) -> tuple[str, str] | None:
@@ -56,7 +59,7 @@ def request_adapter(payload: Mapping[str, Any], from_model: str | None) -> str |
     ``lora_adapter`` (both fields: they must agree). :class:`InvalidRequest` for a field
     that is not a nonempty string."""
     fields: dict[str, str] = {}
-    for key in (ADAPTER_FIELD, "lora_adapter"):
+    for key in ADAPTER_FIELDS:
         value = payload.get(key)
         if value is None:
             continue

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import anyio
 import httpx
@@ -26,6 +27,7 @@ from sie_worker.gateway.routing import Holder
 from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.gateway.state import Fleet
 from sie_worker.http.relay import RelayLimits
+from sie_worker.http.upstream import Connections
 
 __all__ = ["Gateway"]
 
@@ -88,6 +90,8 @@ class Gateway:
             self.local = LocalDiscovery(
                 self.fleet, self.settings.pools_file, self.specs, self.settings.reload_interval_s
             )
+        connections = Connections()  # to the pods' routers, for this run of the app
+        self.limits = replace(self.limits, connections=connections)
         self._client = self._injected or httpx.AsyncClient(
             trust_env=False,
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
@@ -107,5 +111,6 @@ class Gateway:
                     self.holder.drain()
                     tg.cancel_scope.cancel()
         finally:
+            connections.close()
             if self._injected is None:
                 await self._client.aclose()

@@ -1,7 +1,9 @@
 """Relay one request to a backend a route picks, streaming the answer without buffering.
 
 Shared by the slot router (backends: the pod's workers) and the gateway (backends: pods).
-Each try gets its own connection, closed once the answer is complete, and the answer's
+Each try goes out on an idle kept-alive connection to its backend when the hop has one
+(:class:`~sie_worker.http.upstream.Connections`, in :attr:`RelayLimits.connections`), else
+on a new one, which goes back to them once the answer has ended cleanly; the answer's
 body goes from that socket to the client's through :func:`sie_worker.http.splice.relay_body`
 (written from the upstream parser's callback where the server allows; reading pauses while
 the client is behind, so a slow client slows its stream instead of growing memory;
@@ -34,7 +36,7 @@ from starlette.types import Receive, Scope, Send
 from sie_worker.errors import EngineTimeout, EngineUnavailable, SieError
 from sie_worker.http.errors import error_response, sse_error_event
 from sie_worker.http.splice import ClientWatch, TaskCancel, relay_body
-from sie_worker.http.upstream import StreamResponse, open_stream
+from sie_worker.http.upstream import Connections, StreamResponse, open_stream
 
 __all__ = [
     "HOP_BY_HOP",
@@ -143,6 +145,8 @@ class RelayLimits:
     read_timeout_s: float | None
     # Unsent bytes held per relayed answer before reading from the backend pauses.
     high_water: int = 1024 * 1024
+    # The hop's idle connections to its backends (None: a new connection per try).
+    connections: Connections | None = None
 
 
 @dataclass
@@ -262,6 +266,7 @@ class RelayResponse(Response):
                             read_timeout_s=limits.read_timeout_s,
                             high_water=limits.high_water,
                             on_connected=request_written,
+                            connections=limits.connections,
                         )
                 except Refused as exc:
                     abort.disarm()

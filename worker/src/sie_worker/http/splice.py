@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from sie_worker.errors import SieError
 from sie_worker.http.deadlines import Deadlines
-from sie_worker.http.upstream import StreamResponse, open_stream
+from sie_worker.http.upstream import Connections, StreamResponse, open_stream
 from sie_worker.http.wire import wire_for
 
 __all__ = [
@@ -99,9 +99,11 @@ async def relay_stream(
     high_water: int,
     limit: int,
     stop_after: Callable[[bytes, bytes], bool],
+    connections: Connections | None = None,
 ) -> Response:
-    """POST ``body`` to ``url`` on its own connection and answer the client as ``policy``
-    says; an answer other than 200 is read whole (at most ``limit`` bytes)."""
+    """POST ``body`` to ``url`` (on an idle connection of ``connections`` when there is
+    one) and answer the client as ``policy`` says; an answer other than 200 is read whole
+    (at most ``limit`` bytes)."""
     return await SplicedResponse(policy).open(
         url,
         body,
@@ -111,6 +113,7 @@ async def relay_stream(
         high_water=high_water,
         limit=limit,
         stop_after=stop_after,
+        connections=connections,
     )
 
 
@@ -138,6 +141,7 @@ class SplicedResponse(Response):
         high_water: int,
         limit: int,
         stop_after: Callable[[bytes, bytes], bool],
+        connections: Connections | None = None,
     ) -> Response:
         """Send the request and read what the answer needs: this response once the head
         is 200 (and the first bytes came, when the policy waits for them), else the
@@ -153,6 +157,7 @@ class SplicedResponse(Response):
                     deadlines=deadlines,
                     high_water=high_water,
                     stop_after=stop_after,
+                    connections=connections,
                 )
             except SieError:
                 raise

@@ -1,5 +1,5 @@
-"""One request to an upstream (an engine, a worker, a pod) on its own connection: the
-engine call of every hop's relay.
+"""One request to an upstream (an engine, a worker, a pod): the engine call of every hop's
+relay, on a new connection or on an idle one kept alive by :class:`Connections`.
 
 httptools parses the answer's head and body in C (httpx parses a chunked body in Python,
 one h11 event per chunk, and an engine sends every server-sent event as its own chunk).
@@ -10,6 +10,15 @@ spliced (:meth:`~StreamResponse.splice`: each read's body goes to a sink from th
 callback, and reading pauses while the sink's client is behind). The request's deadlines
 (:class:`~sie_worker.http.deadlines.Deadlines`) are data: one timer per stream, re-armed from
 the last read rather than reset on each one.
+
+Connecting costs each hop more than relaying a short stream's events (``docs/benchmarks.md``,
+Data path), so a hop that passes ``connections`` gets back the connection of every answer
+that ended as HTTP/1.1 keep-alive framing says (a stream the caller stopped at its last
+event is read on to its end first, for a moment). An idle connection is closed by this side
+after ``idle_s``, before the upstream's own keep-alive timeout (uvicorn's default, which
+SGLang keeps, is 5 s), so the TIME_WAIT stays on the hop's ephemeral port; a request whose
+reused connection turns out closed before any byte of the answer is sent once more on a
+new one (the upstream closed it idle: nothing was served).
 
 Failures are raised as httpx's exception types (``ConnectError``, ``ConnectTimeout``,
 ``ReadTimeout``, ``ReadError``, ``RemoteProtocolError``) and a passed deadline as
@@ -29,9 +38,93 @@ import httpx
 
 from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
 
-__all__ = ["StreamResponse", "open_stream"]
+__all__ = ["Connections", "StreamResponse", "open_stream"]
 
 _MAX_HEAD_BYTES = 64 * 1024
+# A stream the caller stopped at its last event (``stop_after``) is read to the end of its
+# body for this long, so its connection can be reused; past it, the connection is closed.
+_DRAIN_S = 1.0
+_Key = tuple[str, int]
+
+
+class Connections:
+    """Idle keep-alive connections to upstreams, by host and port, for :func:`open_stream`
+    to reuse (the most recent first). Each is closed after ``idle_s`` unused, or when the
+    upstream closes it; at most ``max_idle`` are kept per upstream. :meth:`close` closes
+    every idle one and keeps none from then on (an app's shutdown, an engine's stop)."""
+
+    def __init__(self, *, idle_s: float = 3.0, max_idle: int = 512) -> None:
+        self.idle_s = idle_s
+        self.max_idle = max_idle
+        self.closed = False
+        self._idle: dict[_Key, list[_Idle]] = {}
+
+    def idle(self) -> int:
+        """How many idle connections are kept now."""
+        return sum(len(entries) for entries in self._idle.values())
+
+    def close(self) -> None:
+        self.closed = True
+        idle, self._idle = self._idle, {}
+        for entries in idle.values():
+            for entry in entries:
+                entry.close()
+
+    def _take(self, key: _Key) -> asyncio.Transport | None:
+        entries = self._idle.get(key)
+        while entries:
+            entry = entries.pop()
+            transport = entry.detach()
+            if transport is not None:
+                return transport
+        return None
+
+    def _give_back(self, key: _Key, transport: asyncio.Transport) -> None:
+        entries = self._idle.setdefault(key, [])
+        if self.closed or len(entries) >= self.max_idle or transport.is_closing():
+            transport.close()
+            return
+        entries.append(_Idle(self, key, transport))
+
+    def _forget(self, entry: _Idle) -> None:
+        entries = self._idle.get(entry.key)
+        if entries is not None and entry in entries:
+            entries.remove(entry)
+
+
+class _Idle(asyncio.Protocol):
+    """The protocol of a connection while it waits in :class:`Connections`: anything the
+    upstream sends now (bytes, its close) ends it."""
+
+    def __init__(self, pool: Connections, key: _Key, transport: asyncio.Transport) -> None:
+        self.pool, self.key = pool, key
+        self._transport: asyncio.Transport | None = transport
+        transport.set_protocol(self)
+        transport.resume_reading()  # so that the upstream's close is seen while idle
+        self._timer = asyncio.get_running_loop().call_later(pool.idle_s, self.close)
+
+    def detach(self) -> asyncio.Transport | None:
+        """The connection, for a new request (None: it was closed meanwhile)."""
+        self._timer.cancel()
+        transport, self._transport = self._transport, None
+        if transport is None or transport.is_closing():
+            return None
+        return transport
+
+    def close(self) -> None:
+        self._timer.cancel()
+        transport, self._transport = self._transport, None
+        self.pool._forget(self)
+        if transport is not None:
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.close()  # an idle upstream has nothing to say: the connection is not reusable
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._timer.cancel()
+        self.pool._forget(self)
 
 
 def _never(chunk: bytes, previous: bytes) -> bool:
@@ -51,6 +144,8 @@ class StreamResponse(asyncio.Protocol):
         stop_after: Callable[[bytes, bytes], bool],
         *,
         head_only: bool = False,
+        connections: Connections | None = None,
+        key: _Key = ("", 0),
     ) -> None:
         self.status = 0
         self.headers: list[tuple[str, str]] = []
@@ -77,6 +172,13 @@ class StreamResponse(asyncio.Protocol):
         self._last_read = self._loop.time()
         self._timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
+        self._connections = connections
+        self._key = key
+        self.reused = False  # sent on a connection an earlier request left idle
+        self.closed_silent = False  # the upstream closed before one byte of the answer
+        self._complete = False  # the body ended as its framing says (the connection is clean)
+        self._keep_alive = False  # the answer lets the connection serve another request
+        self._draining: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -85,6 +187,12 @@ class StreamResponse(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         self._last_read = self._loop.time()
         self._arm()
+
+    def adopt(self, transport: asyncio.Transport) -> None:
+        """Take over an idle connection from :class:`Connections`."""
+        transport.set_protocol(self)
+        self.reused = True
+        self.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         transport = self._transport
@@ -112,13 +220,17 @@ class StreamResponse(asyncio.Protocol):
                 transport.pause_reading()
                 self._arrived.set()
         if self.finished:
-            self.close()
+            self._done_reading()
         elif self._size > self._high_water and not self._paused:
             self._paused = True
             transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        self._transport = None
+        if self._draining is not None:
+            self._draining.cancel()
+            self._draining = None
         if self.finished:
             return
         if exc is None and self._head.done() and self._delimited_by_close:
@@ -126,6 +238,7 @@ class StreamResponse(asyncio.Protocol):
             return
         detail = f": {exc}" if exc else ""
         if not self._head.done():
+            self.closed_silent = not self._head_bytes
             self._fail(httpx.RemoteProtocolError(f"the engine closed the connection{detail}"))
         else:
             self._fail(httpx.ReadError(f"the engine closed the connection mid-response{detail}"))
@@ -142,6 +255,7 @@ class StreamResponse(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.status = self._parser.get_status_code()
+        self._keep_alive = self._parser.should_keep_alive()
         if not self._head.done():
             self._head.set_result(None)
         if self._head_only:
@@ -160,6 +274,8 @@ class StreamResponse(asyncio.Protocol):
         self._previous = body
 
     def on_message_complete(self) -> None:
+        self._complete = True
+        self._keep_alive = self._parser.should_keep_alive()  # only known until the next byte
         self._end()
 
     # -- for the relay -------------------------------------------------------------------
@@ -235,15 +351,55 @@ class StreamResponse(asyncio.Protocol):
         return b"".join(parts)[:limit]
 
     def close(self) -> None:
-        """Stop reading and close the connection from this side (idempotent)."""
+        """Stop reading; the connection is closed from this side unless it is clean to
+        reuse, or being read to its end for that (idempotent)."""
         self._cancel_timer()
         if not self.finished:
             self.finished = True
             self._arrived.set()
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.close()
+        if self._draining is None and self._transport is not None:
+            self._close_transport()
 
     # -- internals -----------------------------------------------------------------------
+
+    def _reusable(self) -> bool:
+        return (
+            self._connections is not None
+            and not self._connections.closed
+            and not self._head_only
+            and self.error is None
+            and self._keep_alive
+        )
+
+    def _done_reading(self) -> None:
+        """The answer has ended for the caller: give the connection back when its body
+        ended cleanly, read on to that end when the caller stopped just before it, else
+        close it."""
+        transport = self._transport
+        if transport is None:
+            return
+        if self._complete and self._reusable() and not transport.get_write_buffer_size():
+            if self._draining is not None:
+                self._draining.cancel()
+                self._draining = None
+            self._transport = None
+            assert self._connections is not None
+            self._connections._give_back(self._key, transport)
+        elif not self._complete and self._draining is None and self._reusable():
+            self._draining = self._loop.call_later(_DRAIN_S, self._close_transport)
+            if self._paused:
+                self._paused = False
+                transport.resume_reading()
+        elif self._draining is None:
+            self._close_transport()
+
+    def _close_transport(self) -> None:
+        if self._draining is not None:
+            self._draining.cancel()
+            self._draining = None
+        transport, self._transport = self._transport, None
+        if transport is not None and not transport.is_closing():
+            transport.close()
 
     def _check_head_size(self) -> None:
         if max(self._head_bytes, self._header_bytes) > _MAX_HEAD_BYTES:
@@ -262,8 +418,12 @@ class StreamResponse(asyncio.Protocol):
         if not self._head.done():
             self._head.set_exception(error)
         self._end()
-        if self._transport is not None:
-            self._transport.abort()
+        transport, self._transport = self._transport, None
+        if self._draining is not None:
+            self._draining.cancel()
+            self._draining = None
+        if transport is not None:
+            transport.abort()
 
     def _arm(self) -> None:
         """Set the one timer at the nearest deadline: the read timeout from the last read,
@@ -312,32 +472,23 @@ async def open_stream(
     high_water: int,
     stop_after: Callable[[bytes, bytes], bool] = _never,
     on_connected: Callable[[], None] | None = None,
+    connections: Connections | None = None,
 ) -> StreamResponse:
-    """Send ``method`` with ``body`` to ``url`` (``http://host:port/path?query``) on a new
-    connection and return once the response head has arrived. ``deadlines`` bound the
-    answer (else just ``read_timeout_s`` between reads). ``headers`` must not carry Host,
-    Content-Length or other hop-by-hop headers: this client writes its own.
-    ``on_connected`` is called once the connection is up, just before the request is
-    written: cancelled before that, nothing reached the server."""
+    """Send ``method`` with ``body`` to ``url`` (``http://host:port/path?query``) and return
+    once the response head has arrived: on an idle connection of ``connections`` when it
+    has one to that upstream (and the connection goes back to it once the answer has
+    ended), else on a new connection. ``deadlines`` bound the answer (else just
+    ``read_timeout_s`` between reads). ``headers`` must not carry Host, Content-Length or
+    other hop-by-hop headers: this client writes its own. ``on_connected`` is called once a
+    connection is up, just before the request is written: cancelled before that, nothing
+    reached the server."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise httpx.UnsupportedProtocol(f"only http:// URLs are streamed, got {url!r}")
     host, port = parts.hostname, parts.port or 80
-    loop = asyncio.get_running_loop()
     if deadlines is None:
         read = Limit("read_timeout_s", read_timeout_s) if read_timeout_s is not None else None
         deadlines = Deadlines(read)
-
-    def protocol() -> StreamResponse:
-        return StreamResponse(deadlines, high_water, stop_after, head_only=method == "HEAD")
-
-    try:
-        async with asyncio.timeout(connect_timeout_s):
-            _, response = await loop.create_connection(protocol, host, port)
-    except TimeoutError:
-        raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
-    except OSError as exc:
-        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
@@ -348,13 +499,51 @@ async def open_stream(
         lines.append(f"{name}: {value}")
     if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
         lines.append(f"Content-Length: {len(body)}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
-    if on_connected is not None:
-        on_connected()
-    response.send(head + body)
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace") + body
+    key = (host, port)
+
+    def protocol() -> StreamResponse:
+        return StreamResponse(
+            deadlines,
+            high_water,
+            stop_after,
+            head_only=method == "HEAD",
+            connections=connections,
+            key=key,
+        )
+
+    while True:
+        idle = connections._take(key) if connections is not None else None
+        if idle is not None:
+            response = protocol()
+            response.adopt(idle)
+        else:
+            response = await _connect(protocol, host, port, connect_timeout_s)
+        if on_connected is not None:
+            on_connected()
+        response.send(request)
+        try:
+            await response.wait_head()
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            response.close()
+            if response.reused and response.closed_silent:
+                continue  # closed idle by the upstream before it read the request: again
+            raise
+        except BaseException:
+            response.close()
+            raise
+        return response
+
+
+async def _connect(
+    protocol: Callable[[], StreamResponse], host: str, port: int, timeout_s: float
+) -> StreamResponse:
+    loop = asyncio.get_running_loop()
     try:
-        await response.wait_head()
-    except BaseException:
-        response.close()
-        raise
+        async with asyncio.timeout(timeout_s):
+            _, response = await loop.create_connection(protocol, host, port)
+    except TimeoutError:
+        raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
+    except OSError as exc:
+        raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
     return response

@@ -38,6 +38,7 @@ from sie_worker.http.errors import EXCEPTION_HANDLERS
 from sie_worker.http.fan_out import Target, ask_all, fan_out
 from sie_worker.http.relay import Upstream, forward_headers
 from sie_worker.http.request_id import RequestId
+from sie_worker.http.upstream import Connections
 from sie_worker.http.wire import WiredStarlette
 from sie_worker.router.merge import merge_devices, merge_models
 from sie_worker.router.metrics import RouterMetrics
@@ -120,6 +121,7 @@ class _Router:
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self._client = self._injected or build_client(self.settings)
+        self.table.connections = connections = Connections()
         try:
             async with anyio.create_task_group() as tg:
                 for slot in range(self.settings.slot_count):
@@ -129,6 +131,7 @@ class _Router:
                 finally:
                     tg.cancel_scope.cancel()
         finally:
+            connections.close()
             if self._injected is None:
                 await self._client.aclose()
 

@@ -1,9 +1,10 @@
 """Relay one request to the slot the policy picks: the router's side of
 :mod:`sie_worker.http.relay` (which streams the answer without buffering).
 
-Each relayed request gets its own connection to the slot (``sie_worker.http.upstream``,
-parsed by httptools), closed once the answer is complete: httpx's pool bookkeeping and
-per-chunk parsing were most of the router's CPU with many streams (``docs/benchmarks.md``).
+Each relayed request goes to the slot on an idle connection of the router's
+(:attr:`SlotTable.connections`), else a new one (``sie_worker.http.upstream``, parsed by
+httptools): httpx's pool bookkeeping and per-chunk parsing were most of the router's CPU
+with many streams (``docs/benchmarks.md``).
 A slot that refuses a connection leaves rotation; a request that never reached its worker
 is routed again without that slot.
 """
@@ -112,7 +113,12 @@ class RelayResponse(_relay.RelayResponse):
         super().__init__(
             upstream,
             route_slot,
-            RelayLimits(settings.connect_timeout_s, settings.read_timeout_s, _HIGH_WATER),
+            RelayLimits(
+                settings.connect_timeout_s,
+                settings.read_timeout_s,
+                _HIGH_WATER,
+                connections=table.connections,
+            ),
             on_done=table.metrics.duration.observe,
             opener=_open,
             arrived=time.monotonic() if arrived is None else arrived,

@@ -25,6 +25,7 @@ import anyio
 import httpx
 
 from sie_worker.http.poll import PollError, poll_answers
+from sie_worker.http.upstream import Connections
 from sie_worker.model_states import MODEL_STATES, parse_state
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import (
@@ -101,6 +102,8 @@ class SlotTable:
         self.clock = clock
         self.slots = [SlotState(i, settings.worker_url(i)) for i in range(settings.slot_count)]
         self.polled_once = asyncio.Event()  # set once every slot was polled (or failed)
+        # Idle connections to the slots' workers, while the app runs (its lifespan's).
+        self.connections: Connections | None = None
         self._first_round: set[int] = set()
         self._changed = asyncio.Event()
 

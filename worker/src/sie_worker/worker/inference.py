@@ -23,6 +23,7 @@ from sie_worker.config.load_options import adapter_of
 from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.lora_choice import (
     ADAPTER_FIELD,
+    ADAPTER_FIELDS,
     request_adapter,
     split_model,
     unknown_adapter,
@@ -68,15 +69,19 @@ def _openai_call(
     rewrite it) and the field that named its adapter."""
     payload = read_payload(body)
     named = payload["model"]
-    model_id = resolve_model_id(named, manager.records)
+    # A served id as written is what SIE's rules and SGLang's find first: the usual case.
+    asked = manager.records.get(named)
     from_model = None
-    if model_id is None and (split := split_model(named, manager.records)) is not None:
-        model_id, from_model = split
-    asked = manager.records.get(model_id or named)
     if asked is None:
-        raise UnknownModel.not_configured(named)
+        model_id = resolve_model_id(named, manager.records)
+        if model_id is None and (split := split_model(named, manager.records)) is not None:
+            model_id, from_model = split
+        asked = manager.records.get(model_id or named)
+        if asked is None:
+            raise UnknownModel.not_configured(named)
     raw: bytes | None = body if asked.id == named else None
-    adapter = request_adapter(payload, from_model)
+    named_adapter = from_model is not None or any(f in payload for f in ADAPTER_FIELDS)
+    adapter = request_adapter(payload, from_model) if named_adapter else None
     param = "model" if from_model is not None else ADAPTER_FIELD
     if from_model is None and payload.get(ADAPTER_FIELD) is None:
         param = "lora_adapter"

@@ -39,6 +39,7 @@ from sie_worker.worker.model_table import ModelTable
 from sie_worker.worker.pin_keeper import PinKeeper
 from sie_worker.worker.placement.claims import Placer, estimated_need
 from sie_worker.worker.placement.memory import DeviceMemory
+from sie_worker.worker.proxy import record_request
 from sie_worker.worker.records import ModelRecord, adapter_entries, model_entry
 from sie_worker.worker.weights.cache import HubSettings
 from sie_worker.worker.weights.load_step import ModelWeights
@@ -168,7 +169,7 @@ class ModelManager:
             return await self._hold(record, wait_s)
         except SieError as error:
             seconds = time.monotonic() - started
-            self.metrics.observe_request(record.id, str(error.status), seconds, adapter=adapter)
+            record_request(self.metrics, record.id, str(error.status), seconds, adapter=adapter)
             raise
 
     async def _hold(self, record: ModelRecord, wait_s: float | None) -> RunningEngine:

@@ -263,13 +263,6 @@ class WorkerMetrics:
         for name, value in zip(self._device_names, reserved, strict=True):
             self.memory_reserved.labels(device=name).set(value)
 
-    def observe_request(
-        self, model: str, status: str, seconds: float, *, adapter: str = "none"
-    ) -> None:
-        """One request for ``model`` (``adapter``: its LoRA adapter's label) answered with
-        HTTP ``status`` after ``seconds``."""
-        self.request_duration.labels(model=model, code=status, adapter=adapter).observe(seconds)
-
     @contextlib.contextmanager
     def downloading(self, model: str, progress: _Progress) -> Iterator[DownloadTrack]:
         """Byte gauges for ``model`` while its weights are fetched (read from ``progress``

@@ -5,7 +5,9 @@ what the answer means.
 
 A :class:`Lease` is one request's hold on a ready engine (:func:`open_lease`): it counts the
 request in flight while it lasts and, when released (once, when the answer is done),
-records its status and duration. This is the only code that counts requests in flight.
+records its status and duration (:func:`record_request`, which also records a request that
+failed before it had a lease). This is the only code that counts requests in flight and
+records their duration.
 
 Upstream failures are translated in one place (:func:`_failure`): no bytes within the read
 cap are ``engine_timeout`` (504; the engine is not restarted), a refused or broken
@@ -13,8 +15,9 @@ connection ``engine_unavailable`` (502); a stream that has started ends with one
 event instead, at an event boundary.
 
 Streams are the hot path (``docs/benchmarks.md``): :func:`sie_worker.http.splice.relay_stream`
-owns each one from the engine's socket to the client's (its own engine connection, events
-written from the engine parser's callback, closed after ``[DONE]``); this module's
+owns each one from the engine's socket to the client's (on one of the engine's kept-alive
+connections, events written from the engine parser's callback, the client answered at
+``[DONE]``); this module's
 :class:`_EngineStream` says what it means for the worker: the engine's refusals as the
 client's errors, the event check (:mod:`sie_worker.worker.events`), the lease given back
 once. JSON answers go through the injected httpx client's pool.
@@ -57,6 +60,7 @@ from sie_worker.errors import (
 )
 from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
 from sie_worker.http.splice import relay_stream
+from sie_worker.http.upstream import Connections
 from sie_worker.sie_api.call import Answer, Events, EventTranslator
 from sie_worker.worker.events import MAX_EVENT_BYTES, EventCheck, ends_with_done
 from sie_worker.worker.metrics import StreamTimer, WorkerMetrics
@@ -65,7 +69,7 @@ if TYPE_CHECKING:
     from sie_worker.worker.launcher.start import RunningEngine
     from sie_worker.worker.records import ModelRecord
 
-__all__ = ["Lease", "forward", "open_lease"]
+__all__ = ["Lease", "forward", "open_lease", "record_request"]
 
 _log = logging.getLogger("sie_worker.proxy")
 _T = TypeVar("_T")
@@ -93,6 +97,8 @@ class Lease:
     # model and ``started`` once the stream is open; None: not measured.
     timer: Callable[[str, float], StreamTimer] | None = field(default=None, repr=False)
     started: float = 0.0  # monotonic: when the request arrived
+    # The engine's kept-alive connections for streams (None: a new one per stream).
+    connections: Connections | None = field(default=None, repr=False)
     _released: bool = field(default=False, repr=False)
 
     def release(self) -> None:
@@ -124,11 +130,27 @@ def open_lease(
         inflight.dec()
         if running.inflight == 0:
             running.idle.set()
-        metrics.observe_request(model, lease.status, time.monotonic() - started, adapter=adapter)
+        record_request(metrics, model, lease.status, time.monotonic() - started, adapter=adapter)
 
     base_url, read_s = running.engine.base_url, running.options.request_read_timeout_s
-    lease = Lease(model, base_url, read_s, release, timer=metrics.stream_timer, started=started)
+    lease = Lease(
+        model,
+        base_url,
+        read_s,
+        release,
+        timer=metrics.stream_timer,
+        started=started,
+        connections=running.connections,
+    )
     return lease
+
+
+def record_request(
+    metrics: WorkerMetrics, model: str, status: str, seconds: float, *, adapter: str
+) -> None:
+    """One request for ``model`` (``adapter``: its LoRA adapter's label) answered with HTTP
+    ``status`` after ``seconds`` (``sie_request_duration_seconds``)."""
+    metrics.request_duration.labels(model=model, code=status, adapter=adapter).observe(seconds)
 
 
 async def forward(
@@ -167,6 +189,7 @@ async def forward(
         high_water=_STREAM_HIGH_WATER,
         limit=MAX_EVENT_BYTES,
         stop_after=ends_with_done,
+        connections=lease.connections,
     )
 
 

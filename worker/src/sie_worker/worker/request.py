@@ -1,11 +1,12 @@
 """What the worker reads from an inference request before it acquires an engine. Pure.
 
 - :func:`read_payload`: the JSON body, which must be an object naming its ``model``;
-- :func:`served_id`: the served model that answers it: a grammar-constrained request
-  (:func:`~sie_worker.config.runtime.is_grammar_constrained`) goes to the profile
-  :func:`~sie_worker.config.grammar_routing.grammar_profile_for` names (the model's
-  ``grammar_profile`` unless the profile it was sent to enforces grammars already); every
-  other request is served by the model it names;
+- :func:`grammar_target`: the served model that answers a grammar-constrained request
+  (:func:`~sie_worker.config.runtime.is_grammar_constrained`) sent to a served id: the
+  profile :func:`~sie_worker.config.grammar_routing.grammar_profile_for` names (the model's
+  ``grammar_profile`` unless the profile it was sent to enforces grammars already); worked
+  out once per config (:mod:`sie_worker.worker.serving`), every other request being served
+  by the model it names;
 - :func:`task_of`: the task an engine endpoint needs (``generate``, ``encode``, ``score``);
 - :func:`load_wait`: how long a request waits for its model to load: ``Prefer: wait=N``
   (RFC 7240) when sent; else, for SIE's native routes and for sie-sdk (``X-SIE-SDK-Version``),
@@ -22,7 +23,6 @@ from typing import Any
 
 from sie_worker.config.grammar_routing import grammar_profile_for
 from sie_worker.config.model import DEFAULT_PROFILE, ModelConfig
-from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.errors import InvalidRequest
 from sie_worker.http.errors import from_sie_sdk
 
@@ -34,7 +34,6 @@ __all__ = [
     "load_wait",
     "prefer_wait",
     "read_payload",
-    "served_id",
     "task_of",
 ]
 
@@ -63,11 +62,6 @@ def read_payload(body: bytes) -> dict[str, Any]:
             "the request body needs a 'model' string (see GET /v1/models)", param="model"
         )
     return payload
-
-
-def served_id(config: ModelConfig, model_id: str, payload: Mapping[str, Any]) -> str:
-    """The served model that answers ``payload`` sent to ``model_id`` (a model of ``config``)."""
-    return grammar_target(config, model_id) if is_grammar_constrained(payload) else model_id
 
 
 def grammar_target(config: ModelConfig, model_id: str) -> str:

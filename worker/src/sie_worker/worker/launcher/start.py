@@ -26,6 +26,7 @@ import httpx
 from sie_worker.config.load_options import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import LoadFailed
+from sie_worker.http.upstream import Connections
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.plan import engine_env, plan_launch
@@ -46,6 +47,8 @@ class RunningEngine:
     nccl_port: int | None
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    # Kept-alive connections to the engine's HTTP port, for its streams.
+    connections: Connections = field(default_factory=Connections)
 
     def __post_init__(self) -> None:
         self.idle.set()

@@ -67,6 +67,7 @@ class EngineStops:
             _log.info("%s: draining %d request(s)", model_id, running.inflight)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(running.idle.wait(), timeout=self._settings.drain_timeout_s)
+        running.connections.close()  # from this side first: no TIME_WAIT on the engine's port
         await running.engine.stop(self._settings.engine_stop_grace_s)
 
 
