@@ -21,9 +21,12 @@ settings.load_profile("sie")
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # why: pytest-xdist hands tests out in collection order; the slow ones first keep the
-    # run's tail short (a long test started last leaves the other workers idle). The sort is
-    # stable: each module's tests stay together, in their order.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # run's tail short (a long test started last leaves the other workers idle). Modules
+    # move whole (any test of theirs marked slow moves them), in a stable sort: each
+    # module's tests stay together and in their order, so a module fixture is set up once
+    # (a module split by the sort set it up twice: a real SGLang import or engine again).
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_modules)
     # why: a module (or class) fixture is set up once per worker that runs one of its tests:
     # spread over four workers, a module of real engines started them four times. Such a
     # module's tests form one xdist group (--dist loadgroup); the others spread freely.
