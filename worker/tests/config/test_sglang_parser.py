@@ -278,7 +278,9 @@ def sglang_old() -> dict[str, Any]:
     return _release(OLD_RELEASE, OLD_PATH, server_args=False)
 
 
-@pytest.fixture(params=[PINNED_VERSION, OLD_RELEASE])
+# Module-scoped, so that the module's tests run in one xdist worker and each release is
+# imported once (a function-scoped one hid the module fixtures from conftest's grouping).
+@pytest.fixture(scope="module", params=[PINNED_VERSION, OLD_RELEASE])
 def release(request: pytest.FixtureRequest) -> dict[str, Any]:
     fixture = "sglang_pinned" if request.param == PINNED_VERSION else "sglang_old"
     result: dict[str, Any] = request.getfixturevalue(fixture)
