@@ -228,9 +228,7 @@ class StreamResponse(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
         self._transport = None
-        if self._draining is not None:
-            self._draining.cancel()
-            self._draining = None
+        self._stop_draining()
         if self.finished:
             return
         if exc is None and self._head.done() and self._delimited_by_close:
@@ -378,25 +376,29 @@ class StreamResponse(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        if self._complete and self._reusable() and not transport.get_write_buffer_size():
-            if self._draining is not None:
-                self._draining.cancel()
-                self._draining = None
+        if not self._reusable():
+            self._close_transport()
+        elif self._complete:
+            self._stop_draining()
+            if transport.get_write_buffer_size():
+                self._close_transport()  # the request is still being written: not clean
+                return
             self._transport = None
             assert self._connections is not None
             self._connections._give_back(self._key, transport)
-        elif not self._complete and self._draining is None and self._reusable():
+        elif self._draining is None:
             self._draining = self._loop.call_later(_DRAIN_S, self._close_transport)
             if self._paused:
                 self._paused = False
                 transport.resume_reading()
-        elif self._draining is None:
-            self._close_transport()
 
-    def _close_transport(self) -> None:
+    def _stop_draining(self) -> None:
         if self._draining is not None:
             self._draining.cancel()
             self._draining = None
+
+    def _close_transport(self) -> None:
+        self._stop_draining()
         transport, self._transport = self._transport, None
         if transport is not None and not transport.is_closing():
             transport.close()
@@ -419,9 +421,7 @@ class StreamResponse(asyncio.Protocol):
             self._head.set_exception(error)
         self._end()
         transport, self._transport = self._transport, None
-        if self._draining is not None:
-            self._draining.cancel()
-            self._draining = None
+        self._stop_draining()
         if transport is not None:
             transport.abort()
 
