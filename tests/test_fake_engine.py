@@ -21,6 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import loopback
 from tests.support.engine_fixtures import (
     FAKE_ENGINE_SCRIPT,
     FakeEngine,
@@ -94,7 +95,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeEngine]:
 
 @pytest.fixture
 def client(engine: FakeEngine) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=engine.url, timeout=10) as http:
+    with loopback.client(base_url=engine.url, timeout=10) as http:
         yield http
 
 
@@ -122,7 +123,7 @@ def test_sglang_parser_accepts_the_worker_argv_and_info_shows_argv_and_mask(
     assert info["args"]["watchdog_timeout"] == 300.0
     assert info["args"]["max_total_tokens"] == 32768
     assert "is_embedding" not in info["args"]
-    models = httpx.get(f"{engine.url}/v1/models").json()
+    models = loopback.get(f"{engine.url}/v1/models").json()
     assert models["data"][0]["id"] == "org/x"
     assert models["data"][0]["max_model_len"] == 32768
 
@@ -163,9 +164,11 @@ def test_lora_adapters_are_served_and_unknown_ones_refused_as_sglang_does(
     asks = [{"model": "org/x:sql"}, {"model": "org/x", "lora_path": "org/bare"},
             {"model": "org/x", "lora_path": "p"}, {"model": "org/x"}]  # fmt: skip
     for ask in asks:
-        served = httpx.post(f"{url}/v1/completions", json={**ask, "prompt": "a", "max_tokens": 1})
+        served = loopback.post(
+            f"{url}/v1/completions", json={**ask, "prompt": "a", "max_tokens": 1}
+        )
         assert served.status_code == 200, (ask, served.text)
-    refused = httpx.post(
+    refused = loopback.post(
         f"{url}/v1/completions", json={"model": "org/x", "lora_path": "tax", "prompt": "a"}
     )
     assert refused.status_code == 400
@@ -199,13 +202,13 @@ def test_health_is_503_until_the_start_delay_has_passed(
 ) -> None:
     engine = fake_engine_factory(env={"FAKE_ENGINE_START_DELAY_S": "2"}, wait="listening")
 
-    assert httpx.get(f"{engine.url}/health").status_code == 503
-    assert httpx.get(f"{engine.url}/health_generate").status_code == 503
-    early = httpx.post(f"{engine.url}/v1/completions", json={"prompt": "hi"})
+    assert loopback.get(f"{engine.url}/health").status_code == 503
+    assert loopback.get(f"{engine.url}/health_generate").status_code == 503
+    early = loopback.post(f"{engine.url}/v1/completions", json={"prompt": "hi"})
     assert early.status_code == 503
     assert engine.info()["ready"] is False
     engine.wait_ready()
-    assert httpx.get(f"{engine.url}/health").status_code == 200
+    assert loopback.get(f"{engine.url}/health").status_code == 200
     assert engine.info()["ready"] is True
 
 
@@ -217,9 +220,9 @@ def test_listen_late_engine_refuses_connections_until_ready(
     _eventually(lambda: "server_args=" in engine.stderr())
 
     with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{engine.url}/health")
+        loopback.get(f"{engine.url}/health")
     engine.wait_ready()
-    assert httpx.get(f"{engine.url}/health").status_code == 200
+    assert loopback.get(f"{engine.url}/health").status_code == 200
 
 
 def test_never_ready_engine_listens_with_health_503(
@@ -227,7 +230,7 @@ def test_never_ready_engine_listens_with_health_503(
 ) -> None:
     engine = fake_engine_factory(env={"FAKE_ENGINE_NEVER_READY": "1"}, wait="listening")
 
-    assert httpx.get(f"{engine.url}/health").status_code == 503
+    assert loopback.get(f"{engine.url}/health").status_code == 503
     assert engine.info()["ready"] is False
     assert engine.proc.poll() is None
 
@@ -249,7 +252,7 @@ def test_exit_at_start_after_a_start_delay_serves_503_first(
     env = {"FAKE_ENGINE_EXIT_AT_START": "4", "FAKE_ENGINE_START_DELAY_S": "1"}
     engine = fake_engine_factory(env=env, wait="listening")
 
-    assert httpx.get(f"{engine.url}/health").status_code == 503
+    assert loopback.get(f"{engine.url}/health").status_code == 503
     assert engine.wait_exit() == 4
 
 
@@ -355,7 +358,7 @@ def test_ignored_sigterm_leaves_the_engine_serving_until_sigkill(
     engine.proc.send_signal(signal.SIGTERM)
     _eventually(lambda: "ignoring it" in engine.stderr())
 
-    assert httpx.get(f"{engine.url}/health").status_code == 200
+    assert loopback.get(f"{engine.url}/health").status_code == 200
     engine.proc.kill()
     assert engine.wait_exit() == -signal.SIGKILL
 
@@ -492,9 +495,9 @@ def test_embedding_engine_returns_deterministic_unit_vectors(
     )
     url = f"{engine.url}/v1/embeddings"
 
-    floats = httpx.post(url, json={"input": ["alpha", "beta"]}).json()
-    encoded = httpx.post(url, json={"input": "alpha", "encoding_format": "base64"}).json()
-    refused = httpx.post(f"{engine.url}/v1/completions", json={"prompt": "a"})
+    floats = loopback.post(url, json={"input": ["alpha", "beta"]}).json()
+    encoded = loopback.post(url, json={"input": "alpha", "encoding_format": "base64"}).json()
+    refused = loopback.post(f"{engine.url}/v1/completions", json={"prompt": "a"})
 
     vectors = [item["embedding"] for item in floats["data"]]
     assert vectors == [fake_embedding("alpha", 8), fake_embedding("beta", 8)]
@@ -526,7 +529,7 @@ def test_token_delay_spaces_the_stream_events(fake_engine_factory: FakeEngineFac
     body = {"prompt": "a", "stream": True, "fake": {"tokens": 4}}
 
     started = time.monotonic()
-    chunks = _payloads(httpx.post(f"{engine.url}/v1/completions", json=body).content)
+    chunks = _payloads(loopback.post(f"{engine.url}/v1/completions", json=body).content)
     elapsed = time.monotonic() - started
 
     assert len(chunks) == 5
@@ -538,7 +541,7 @@ def test_stream_interval_puts_n_tokens_in_each_event_as_sglang_does(
 ) -> None:
     engine = fake_engine_factory("--stream-interval", "4")
     body = {"prompt": "p q r", "stream": True, "fake": {"fast": True, "tokens": 10}}
-    chunks = _payloads(httpx.post(f"{engine.url}/v1/completions", json=body).content)
+    chunks = _payloads(loopback.post(f"{engine.url}/v1/completions", json=body).content)
     texts = [chunk["choices"][0]["text"] for chunk in chunks[:-1]]
     # The first token alone, then at 4 and 8 tokens, the remainder with the last.
     assert [len(t.split()) for t in texts] == [1, 3, 4, 2]
@@ -604,7 +607,7 @@ def test_client_leaving_mid_stream_is_counted_as_cancelled(
 def _read_stream(url: str, body: dict[str, Any]) -> tuple[bytes, Exception | None]:
     received = b""
     try:
-        with httpx.stream("POST", url, json=body) as response:
+        with loopback.stream("POST", url, json=body) as response:
             for part in response.iter_bytes():
                 received += part
     except httpx.HTTPError as exc:
@@ -628,7 +631,9 @@ def test_die_after_zero_exits_before_answering(fake_engine_factory: FakeEngineFa
     engine = fake_engine_factory()
 
     with pytest.raises(httpx.RemoteProtocolError):
-        httpx.post(f"{engine.url}/v1/completions", json={"prompt": "d", "fake": {"die_after": 0}})
+        loopback.post(
+            f"{engine.url}/v1/completions", json={"prompt": "d", "fake": {"die_after": 0}}
+        )
     assert engine.wait_exit() == 1
 
 
@@ -679,7 +684,7 @@ def test_commands_run_the_fake_engine_script(
 
 
 def _sglang_series(url: str) -> dict[str, tuple[dict[str, str], float]]:
-    text = httpx.get(f"{url}/metrics").text
+    text = loopback.get(f"{url}/metrics").text
     return {
         s.name: (s.labels, s.value)
         for family in text_string_to_metric_families(text)
@@ -690,7 +695,7 @@ def _sglang_series(url: str) -> dict[str, tuple[dict[str, str], float]]:
 def test_metrics_are_served_only_with_enable_metrics_as_sglang_does(
     fake_engine_factory: FakeEngineFactory,
 ) -> None:
-    assert httpx.get(f"{fake_engine_factory().url}/metrics").status_code == 404
+    assert loopback.get(f"{fake_engine_factory().url}/metrics").status_code == 404
 
     engine = fake_engine_factory("--enable-metrics")
     series = _sglang_series(engine.url)
@@ -716,7 +721,7 @@ def test_metrics_count_running_and_waiting_requests_and_kv_cache_use(
         "--enable-metrics", env={"FAKE_ENGINE_MAX_RUNNING": "1", "FAKE_ENGINE_KV_TOKENS": "100"}
     )
     body = {"model": "x", "prompt": "a b c d", "max_tokens": 6, "fake": {"delay_s": 2}}
-    with httpx.Client(timeout=30) as client:
+    with loopback.client(timeout=30) as client:
         sent = [
             client.build_request("POST", f"{engine.url}/v1/completions", json=body)
             for _ in range(3)
@@ -744,7 +749,7 @@ def test_an_engine_with_a_ready_file_turns_ready_once_the_file_exists(
 ) -> None:
     flag = tmp_path / "ready"
     engine = fake_engine_factory(env={"FAKE_ENGINE_READY_FILE": str(flag)}, wait="listening")
-    assert httpx.get(f"{engine.url}/health").status_code == 503
+    assert loopback.get(f"{engine.url}/health").status_code == 503
     flag.touch()
     engine.wait_ready(10)
-    assert httpx.get(f"{engine.url}/health").status_code == 200
+    assert loopback.get(f"{engine.url}/health").status_code == 200

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import psutil
 
+from tests.support import loopback
 from tests.support.engine_fixtures import FAKE_ENGINE_SCRIPT
 from tests.support.ports import free_port
 from tests.support.worker_fixtures import fake_model, write_config
@@ -122,7 +123,7 @@ def wait_http(
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before {url} answered")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code == 200:
+            if loopback.get(url, timeout=1.0).status_code == 200:
                 return
         time.sleep(0.02)
     raise TimeoutError(f"{url} did not answer 200 within {timeout_s}s")

@@ -33,6 +33,7 @@ import yaml
 
 from tests.bench._bench import MODEL, OUT, ROOT, prepare, services, start_worker, write_result
 from tests.bench._serve_probe import HEAVY
+from tests.support import loopback
 from tests.support.worker_fixtures import fake_model
 
 __all__ = ["main"]
@@ -134,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         running.append(worker)
         pid = worker.proc.pid
-        with httpx.Client(base_url=worker.url, timeout=60) as client:
+        with loopback.client(base_url=worker.url, timeout=60) as client:
             client.get("/readyz")
             stages["after start"] = _memory(pid)
             statuses = _api_calls(client, args.requests)

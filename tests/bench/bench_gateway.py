@@ -65,6 +65,7 @@ from tests.bench._bench import (
 )
 from tests.bench.fleet_sim import Workload, simulate
 from tests.bench.report import record_section
+from tests.support import loopback
 from tests.support.engine_fixtures import free_port
 from tests.support.worker_fixtures import fake_model
 
@@ -122,10 +123,9 @@ def events_per_stream(tokens: int, interval: int = 1) -> int:
 
 def _load(worker: Service, model: str, pinned: bool, known: set[int]) -> int:
     """Load ``model`` on ``worker``; pin its engine beside the client; return its pid."""
-    import httpx
     import psutil
 
-    httpx.post(f"{worker.url}/v1/models/{model}/load", timeout=120).raise_for_status()
+    loopback.post(f"{worker.url}/v1/models/{model}/load", timeout=120).raise_for_status()
     for child in psutil.Process(worker.proc.pid).children(recursive=True):
         cmd = child.cmdline()
         if child.pid not in known and any("fake_engine.py" in a for a in cmd) and "--port" in cmd:

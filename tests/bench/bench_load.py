@@ -22,8 +22,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
 from tests.bench._bench import (
     MODEL,
     OUT,
@@ -35,6 +33,7 @@ from tests.bench._bench import (
     worker_env,
     write_result,
 )
+from tests.support import loopback
 from tests.support.engine_fixtures import stop_process_group
 from tests.support.ports import free_port
 
@@ -107,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker = start_worker("load-worker", config_dir)
         running.append(worker)
         plan = _plan(str(config_dir / (MODEL.replace("/", "--") + ".yaml")))
-        with httpx.Client(base_url=worker.url, timeout=120) as client:
+        with loopback.client(base_url=worker.url, timeout=120) as client:
             # One unmeasured round warms the page cache for both.
             _direct_start(plan)
             client.post(f"/v1/models/{MODEL}/load").raise_for_status()

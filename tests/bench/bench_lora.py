@@ -39,7 +39,7 @@ import httpx
 
 from tests.bench._bench import OUT, ROOT, prepare, services, start_worker, summary, write_result
 from tests.bench.report import record_section
-from tests.support import tiny_models
+from tests.support import loopback, tiny_models
 from tests.support.default_worker import llama_config
 
 __all__ = ["SECTION", "main"]
@@ -124,7 +124,7 @@ async def _window(url: str, shape: str, clients: int, seconds: float) -> dict[st
 def _texts(url: str) -> dict[str, str]:
     """Each shape's first answer: adapters must change it, the base must not."""
     out = {}
-    with httpx.Client(base_url=url, timeout=300) as client:
+    with loopback.client(base_url=url, timeout=300) as client:
         for label, body in (("base alone", next(_bodies("base alone"))),
                             ("base beside adapters", next(_bodies("base beside adapters"))),
                             *((f"adapter {n}", {**next(_bodies("base beside adapters")),
@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker = start_worker("lora", OUT / "lora-configs", models=_configs(base, loras), env=env)
         running.append(worker)
         for model in ("bench/llama", "bench/llama-lora"):
-            httpx.post(f"{worker.url}/v1/models/{model}/load", timeout=300).raise_for_status()
+            loopback.post(f"{worker.url}/v1/models/{model}/load", timeout=300).raise_for_status()
         texts = _texts(worker.url)
         cells = _measure(worker.url, rounds=args.rounds, seconds=args.seconds, clients=args.clients)
     for shape, cell in cells.items():

@@ -40,6 +40,7 @@ import msgpack
 
 from tests.bench._bench import OUT, ROOT, prepare, services, start_worker, summary, write_result
 from tests.bench.report import record_section
+from tests.support import loopback
 from tests.support.default_worker import minilm_config
 from tests.support.tiny_models import minilm_model_dir
 from tests.support.worker_fixtures import fake_model
@@ -136,7 +137,7 @@ async def _window(url: str, shape: Shape, clients: int, seconds: float) -> dict[
 def _same_vectors(url: str, shapes: Sequence[Shape]) -> float:
     """The largest difference between the shapes' vectors (they must agree)."""
     answers = []
-    with httpx.Client(base_url=url, timeout=300) as client:
+    with loopback.client(base_url=url, timeout=300) as client:
         for shape in shapes:
             response = client.post(shape.path, content=shape.body, headers=shape.headers)
             response.raise_for_status()
@@ -252,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 models=models, env=env,
             )  # fmt: skip
             running.append(worker)
-            httpx.post(f"{worker.url}/v1/models/{model}/load", timeout=300).raise_for_status()
+            loopback.post(f"{worker.url}/v1/models/{model}/load", timeout=300).raise_for_status()
             print(f"\n### {label}", flush=True)
             data = _measure(
                 worker.url, model, rounds=args.rounds, seconds=args.seconds, clients=clients

@@ -64,6 +64,7 @@ from tests.bench._bench import (
     worker_env,
     write_result,
 )
+from tests.support import loopback
 from tests.support.ports import free_port
 
 __all__ = ["main"]
@@ -177,7 +178,7 @@ def _smoke(url: str) -> str | None:
     """None when one short stream through ``url`` works, else what went wrong."""
     body = {"model": MODEL, "prompt": "a b", "stream": True, "fake": {"fast": True, "tokens": 3}}
     try:
-        with httpx.stream("POST", url, json=body, timeout=20) as response:
+        with loopback.stream("POST", url, json=body, timeout=20) as response:
             text = response.read().decode(errors="replace")
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}: {exc}"
@@ -408,7 +409,7 @@ def _overlay(rev: str) -> Path:
 
 def _with_engine(worker: Service, pinned: bool) -> int:
     """Load the model on ``worker``; pin its engine next to the client; return its pid."""
-    httpx.post(f"{worker.url}/v1/models/{MODEL}/load", timeout=120).raise_for_status()
+    loopback.post(f"{worker.url}/v1/models/{MODEL}/load", timeout=120).raise_for_status()
     engine_pid, _ = _engine_of(worker)
     if pinned:
         pin(engine_pid, _CLIENT_CPUS)

@@ -28,6 +28,7 @@ from tests.cluster import netns
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.kube import Kube, Nodes, NodeSpec
 from tests.cluster.test_chart_install import install, release_name
+from tests.support import loopback
 from tests.support.gateway_fixtures import GatewayProcess, PodProcess
 from tests.support.worker_fixtures import fake_model, free_port, wait_until
 
@@ -143,7 +144,7 @@ def test_gateway_discovers_pods_through_endpointslices_with_only_that_permission
     )
 
     def health() -> dict[str, Any]:
-        return httpx.get(gateway.url + "/health", timeout=5).json()
+        return loopback.get(gateway.url + "/health", timeout=5).json()
 
     def pod_names() -> list[str]:
         return [p["metadata"]["name"] for p in kube.pods(namespace, "sie-workers/pool=l4")]

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.default_worker import (
     DEFAULT_BUNDLE_ENV,
     LLAMA,
@@ -52,7 +53,7 @@ def worker(
 
 
 def _post(worker: WorkerProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    with httpx.Client(base_url=worker.url, timeout=_TIMEOUT) as client:
+    with loopback.client(base_url=worker.url, timeout=_TIMEOUT) as client:
         response = client.post(path, json=body)
     assert response.status_code == 200, response.text
     data: dict[str, Any] = response.json()
@@ -61,7 +62,7 @@ def _post(worker: WorkerProcess, path: str, body: dict[str, Any]) -> dict[str, A
 
 def _events(worker: WorkerProcess, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     with (
-        httpx.Client(base_url=worker.url, timeout=_TIMEOUT) as client,
+        loopback.client(base_url=worker.url, timeout=_TIMEOUT) as client,
         client.stream("POST", path, json={**body, "stream": True}) as response,
     ):
         assert response.status_code == 200, response.read()
@@ -183,7 +184,7 @@ def test_the_quickstart_script_serves_minilm_pinned_from_the_shipped_config(
 
 def _ready(worker: WorkerProcess) -> bool:
     with contextlib.suppress(httpx.HTTPError):
-        return httpx.get(worker.url + "/readyz", timeout=2.0).status_code == 200
+        return loopback.get(worker.url + "/readyz", timeout=2.0).status_code == 200
     return False
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.gateway_fixtures import GatewayProcess, PodProcess
 from tests.support.sie_sdk import SdkRunner
 from tests.support.worker_fixtures import fake_model, wait_until, write_config
@@ -111,7 +112,7 @@ def fleet(make_fleet: Callable[..., Fleet]) -> Fleet:
 
 
 def _ready_pods(fleet: Fleet) -> int:
-    health = httpx.get(fleet.gateway.url + "/health", timeout=5).json()
+    health = loopback.get(fleet.gateway.url + "/health", timeout=5).json()
     return sum(1 for w in health["workers"] if w["healthy"])
 
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.default_worker import LLAMA, llama_config, serve_default, shutdown
 from tests.support.worker_fixtures import WorkerProcess, write_config
 
@@ -40,7 +40,7 @@ def worker(
 
 def _completion(worker: WorkerProcess, **fields: Any) -> str:
     body = {"model": LLAMA, "prompt": _PROMPT, "max_tokens": 10, "temperature": 0, **fields}
-    with httpx.Client(base_url=worker.url, timeout=_TIMEOUT) as client:
+    with loopback.client(base_url=worker.url, timeout=_TIMEOUT) as client:
         response = client.post("/v1/completions", json=body)
     assert response.status_code == 200, response.text
     text: str = response.json()["choices"][0]["text"]
@@ -49,7 +49,7 @@ def _completion(worker: WorkerProcess, **fields: Any) -> str:
 
 def _streamed(worker: WorkerProcess, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     with (
-        httpx.Client(base_url=worker.url, timeout=_TIMEOUT) as client,
+        loopback.client(base_url=worker.url, timeout=_TIMEOUT) as client,
         client.stream("POST", path, json={**body, "stream": True}) as response,
     ):
         assert response.status_code == 200, response.read()
@@ -91,7 +91,7 @@ def test_sie_generate_with_and_without_an_adapter_streaming_too(worker: WorkerPr
     path = f"/v1/generate/{LLAMA.replace('/', '__')}"
     body = {"prompt": _PROMPT, "max_new_tokens": 10, "temperature": 0}
     headers = {"accept": "application/json"}
-    with httpx.Client(base_url=worker.url, timeout=_TIMEOUT) as client:
+    with loopback.client(base_url=worker.url, timeout=_TIMEOUT) as client:
         plain = client.post(path, json=body, headers=headers)
         tuned = client.post(path, json={**body, "lora_adapter": "sql"}, headers=headers)
     assert plain.status_code == 200, plain.text
@@ -103,7 +103,7 @@ def test_sie_generate_with_and_without_an_adapter_streaming_too(worker: WorkerPr
 
 
 def test_models_lists_the_adapters_and_an_unknown_one_is_a_404(worker: WorkerProcess) -> None:
-    with httpx.Client(base_url=worker.url, timeout=_TIMEOUT) as client:
+    with loopback.client(base_url=worker.url, timeout=_TIMEOUT) as client:
         listed = {e["id"]: e for e in client.get("/v1/models").json()["data"]}
         unknown = client.post(
             "/v1/completions", json={"model": f"{LLAMA}:tax", "prompt": "a", "max_tokens": 1}

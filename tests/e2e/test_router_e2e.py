@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.ports import free_port
 from tests.support.sie_sdk import SdkRunner
 from tests.support.worker_fixtures import WorkerProcess, fake_model, wait_until
@@ -39,13 +40,13 @@ class Pod:
         return f"http://127.0.0.1:{self.port}"
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=60.0, trust_env=False)
+        return loopback.client(base_url=self.url, timeout=60.0, trust_env=False)
 
     def loads(self) -> int:
         """Successful model loads, counted by the workers themselves."""
         total = 0
         for worker in self.workers:
-            text = httpx.get(worker.url + "/metrics", timeout=5).text
+            text = loopback.get(worker.url + "/metrics", timeout=5).text
             total += _sample(text, 'sie_model_loads_total{outcome="ready"}')
         return total
 
@@ -54,7 +55,7 @@ class Pod:
         return [i for i, w in enumerate(self.workers) if w.models()[model]["state"] == "ready"]
 
     def metric(self, name: str) -> float:
-        return _sample(httpx.get(self.url + "/metrics", timeout=5).text, name)
+        return _sample(loopback.get(self.url + "/metrics", timeout=5).text, name)
 
 
 def _sample(text: str, name: str) -> int:
@@ -106,7 +107,7 @@ def _ready(pod: Pod) -> bool:
     for worker in pod.workers:
         assert worker.process.poll() is None, worker.logs()
     try:
-        body = httpx.get(pod.url + "/readyz", timeout=2).json()
+        body = loopback.get(pod.url + "/readyz", timeout=2).json()
     except httpx.HTTPError:
         return False
     return all(s["up"] for s in body["slots"])
@@ -194,7 +195,7 @@ def test_killed_worker_is_routed_around(pod: Pod) -> None:
         again = _complete(client, "org/alpha")
     assert again.status_code == 200, (again.text, pod.log_path.read_text()[-3000:])
     assert int(again.headers["x-sie-slot"]) != slot
-    ready = httpx.get(pod.url + "/readyz", timeout=5)
+    ready = loopback.get(pod.url + "/readyz", timeout=5)
     assert ready.status_code == 200
     assert [s["up"] for s in ready.json()["slots"]].count(False) == 1
 

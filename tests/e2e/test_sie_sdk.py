@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.default_worker import (
     CROSS_ENCODER,
     LLAMA,
@@ -56,7 +56,7 @@ def worker(
 
 def _embeddings(worker: WorkerProcess, model: str, texts: list[str]) -> list[list[float]]:
     body = {"model": model, "input": texts}
-    response = httpx.post(worker.url + "/v1/embeddings", json=body, timeout=300)
+    response = loopback.post(worker.url + "/v1/embeddings", json=body, timeout=300)
     assert response.status_code == 200, response.text
     return [d["embedding"] for d in sorted(response.json()["data"], key=lambda d: d["index"])]
 
@@ -229,7 +229,7 @@ result = {"generated": client.generate(model, "The quick brown", **kwargs),
         model=LLAMA,
     )
     body = {"model": LLAMA, "prompt": "The quick brown", "max_tokens": 6, "temperature": 0}
-    completion = httpx.post(worker.url + "/v1/completions", json=body, timeout=300).json()
+    completion = loopback.post(worker.url + "/v1/completions", json=body, timeout=300).json()
     text = completion["choices"][0]["text"]
     generated = result["generated"]
     assert generated["model"] == LLAMA
@@ -308,7 +308,7 @@ def test_a_model_that_fails_to_load_raises_model_load_failed_error(
     assert (error["code"], error["status_code"]) == ("MODEL_LOAD_FAILED", 502)
     assert (error["error_class"], error["permanent"], error["attempts"]) == ("ENGINE", False, 1)
     # other clients keep the worker's own code in the body
-    response = httpx.post(
+    response = loopback.post(
         worker.url + "/v1/score/" + BROKEN,
         json={"query": {"text": "q"}, "items": [{"text": "x"}]},
         timeout=300,

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.fake_hub import FakeHub, fetched_files, tiny_model_files
 from tests.support.worker_fixtures import WorkerProcess
 
@@ -26,7 +27,7 @@ _TIMEOUT = 300.0
 
 
 def _chat(worker: WorkerProcess) -> httpx.Response:
-    with httpx.Client(base_url=worker.url, timeout=_TIMEOUT) as client:
+    with loopback.client(base_url=worker.url, timeout=_TIMEOUT) as client:
         return client.post(
             "/v1/chat/completions",
             json={"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]},

@@ -38,6 +38,7 @@ import yaml
 
 from tests.chart._render import render
 from tests.observability._queries import Query, rendered_queries
+from tests.support import loopback
 from tests.support.gateway_fixtures import GatewayProcess, PodProcess
 from tests.support.prometheus import PrometheusProcess, Target, service_monitor_jobs
 from tests.support.worker_fixtures import WorkerProcess, fake_model, wait_until
@@ -199,7 +200,7 @@ def _post(gateway: GatewayProcess, pool: str, model: str) -> Callable[[], httpx.
 
 def _answers(url: str) -> bool:
     with contextlib.suppress(httpx.HTTPError):
-        return httpx.get(url, timeout=2).status_code == 200
+        return loopback.get(url, timeout=2).status_code == 200
     return False
 
 

@@ -363,7 +363,13 @@ def assert_clean(worker: Worker, probe: str | None) -> None:
     try:
         wait_until(no_strays, timeout=20)
     except AssertionError:
-        raise AssertionError(f"engine processes left behind: {problems}") from None
+        # The states now and the log's end say which path left the engine behind.
+        states = {m: entry["state"] for m, entry in worker.models().items()}
+        tail = "\n".join(worker.logs().splitlines()[-60:])
+        raise AssertionError(
+            f"engine processes left behind: {problems}; ready when checked: {sorted(ready)}; "
+            f"states now: {states}; the worker's log ends:\n{tail}"
+        ) from None
     temp = [str(p) for p in worker.config_dir.rglob(".*")]
     assert not temp, f"temp files left in the config dir: {temp}"
     if probe is not None:

@@ -55,6 +55,7 @@ from tests.reliability._support import (  # noqa: E402 - after the path is set
     assert_clean,
     error_statuses,
 )
+from tests.support import loopback  # noqa: E402
 from tests.support.engine_fixtures import FAKE_ENGINE_SCRIPT  # noqa: E402
 from tests.support.worker_fixtures import fake_model  # noqa: E402
 
@@ -154,7 +155,7 @@ def _client(worker: Worker, seed: int, stop: threading.Event, tally: Tally) -> N
     rng = random.Random(seed)
     # Keep-alive shorter than the server's 5 s, as clients should (see the issue note).
     limits = httpx.Limits(keepalive_expiry=2.0)
-    with httpx.Client(base_url=worker.url, timeout=120, limits=limits) as client:
+    with loopback.client(base_url=worker.url, timeout=120, limits=limits) as client:
         while not stop.is_set():
             method, path, body, headers = _request(rng)
             try:
@@ -170,7 +171,7 @@ def _client(worker: Worker, seed: int, stop: threading.Event, tally: Tally) -> N
 
 def _config_writer(worker: Worker, stop: threading.Event, tally: Tally) -> None:
     version = 0
-    with httpx.Client(base_url=worker.url, timeout=60) as client:
+    with loopback.client(base_url=worker.url, timeout=60) as client:
         while not stop.wait(3.0):
             version += 1
             config = fake_model(
@@ -347,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             _quiesce(worker)
             end = Sample.of(worker)
             print(f"end:   {end}", flush=True)
-            metrics = httpx.get(worker.url + "/metrics", timeout=30).text
+            metrics = loopback.get(worker.url + "/metrics", timeout=30).text
             try:
                 assert_clean(worker, probe="soak/g1")
             except AssertionError as exc:

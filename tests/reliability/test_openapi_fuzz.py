@@ -15,10 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.reliability._support import Launcher, assert_clean
+from tests.support import loopback
 from tests.support.worker_fixtures import fake_model
 
 _KEY = "fuzz-key-0123456789"
@@ -74,7 +74,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
     log = worker.logs()
     assert "unexpected error" not in log
     assert "Exception in ASGI application" not in log
-    assert httpx.get(worker.url + "/healthz").status_code == 200
+    assert loopback.get(worker.url + "/healthz").status_code == 200
     assert_clean(worker, probe=None)  # the fuzzer pinned, loaded, deleted what it liked
 
 

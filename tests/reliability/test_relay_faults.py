@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import psutil
 import pytest
 
+from tests.support import loopback
 from tests.support.gateway_fixtures import GatewayProcess, PodProcess
 from tests.support.worker_fixtures import fake_model, wait_until
 
@@ -50,7 +50,7 @@ class Chain:
         raise AssertionError("the worker has no engine")
 
     def engine(self) -> dict[str, Any]:
-        info: dict[str, Any] = httpx.get(self.engine_url() + "/_fake/info", timeout=10).json()
+        info: dict[str, Any] = loopback.get(self.engine_url() + "/_fake/info", timeout=10).json()
         return info
 
     def rss(self) -> dict[str, int]:
@@ -74,7 +74,7 @@ class Chain:
 
 
 def _metric(url: str, series: str) -> float:
-    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+    for line in loopback.get(url + "/metrics", timeout=5).text.splitlines():
         if line.startswith(series + " "):
             return float(line.split()[-1])
     return 0.0
@@ -88,7 +88,7 @@ def chain(
     gateway = start_gateway([{"pool": "p", "bundle": "sglang", "gpu_type": "l4",
                               "endpoints": [pod.url]}])  # fmt: skip
     chain = Chain(gateway, pod)
-    with httpx.Client(base_url=gateway.url, timeout=60) as client:
+    with loopback.client(base_url=gateway.url, timeout=60) as client:
         load = client.post(f"/v1/models/{MODEL}/load")
         assert load.status_code == 200, load.text
     return chain
@@ -149,7 +149,7 @@ def test_a_client_that_leaves_mid_stream_ends_the_engine_request_at_every_hop(
     wait_until(lambda: _all_zero(chain), timeout=30)
     assert chain.engine()["cancelled"] == cancelled + 1
     # The path still serves, and its counts go back to zero again.
-    with httpx.Client(base_url=chain.gateway.url, timeout=60) as client:
+    with loopback.client(base_url=chain.gateway.url, timeout=60) as client:
         answer = client.post(
             "/v1/completions", json={"model": MODEL, "prompt": "x", "fake": {"tokens": 3}}
         )

@@ -34,6 +34,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from tests.reliability._support import Launcher, Worker, assert_clean, stream_events
+from tests.support import loopback
 from tests.support.worker_fixtures import fake_model
 
 _KEY = "sk-sie-Zq81-secret-4711"
@@ -56,7 +57,7 @@ def test_the_key_is_required_near_misses_fail_and_the_key_never_reaches_logs_or_
         f"Basic {_KEY}",
         f"Bearer  {_KEY}",
     ]
-    with httpx.Client(base_url=worker.url, timeout=30) as client:
+    with loopback.client(base_url=worker.url, timeout=30) as client:
         for header in near_misses:
             headers = {"Authorization": header} if header else {}
             for method, path in (("GET", "/v1/models"), ("POST", "/v1/completions")):

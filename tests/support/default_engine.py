@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from tests.support import loopback
 from tests.support.ports import free_port
 
 __all__ = ["ENGINE", "Engine", "start_engine", "stop_engine"]
@@ -34,11 +35,11 @@ class Engine:
         return f"http://127.0.0.1:{self.port}"
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        return httpx.post(self.url + path, json=body, timeout=120.0)
+        return loopback.post(self.url + path, json=body, timeout=120.0)
 
     def stream(self, path: str, body: dict[str, Any]) -> list[str]:
         """The ``data:`` payloads of a server-sent-event response, in order."""
-        with httpx.stream("POST", self.url + path, json=body, timeout=120.0) as response:
+        with loopback.stream("POST", self.url + path, json=body, timeout=120.0) as response:
             assert response.status_code == 200, response.read()
             assert response.headers["content-type"].startswith("text/event-stream")
             return [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
@@ -82,7 +83,7 @@ def _wait_ready(engine: Engine, timeout: float = 180.0) -> None:
                 f"engine exited {engine.process.returncode}:\n{engine.log.read_text()}"
             )
         try:
-            if httpx.get(engine.url + "/health", timeout=2.0).status_code == 200:
+            if loopback.get(engine.url + "/health", timeout=2.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

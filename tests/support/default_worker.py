@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import psutil
 
+from tests.support import loopback
 from tests.support.ports import free_port
 from tests.support.worker_fixtures import WorkerProcess
 
@@ -95,7 +96,7 @@ def serve_default(
     while time.monotonic() < deadline:
         assert process.poll() is None, f"worker exited:\n{worker.logs()}"
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(worker.url + "/healthz", timeout=1.0).status_code == 200:
+            if loopback.get(worker.url + "/healthz", timeout=1.0).status_code == 200:
                 return worker
         time.sleep(0.1)
     shutdown(worker)

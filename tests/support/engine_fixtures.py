@@ -28,6 +28,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.ports import free_port
 
 __all__ = [
@@ -94,7 +95,7 @@ class FakeEngine:
 
     def info(self) -> dict[str, Any]:
         """``GET /_fake/info``: argv, env, counters (see fake_engine's docstring)."""
-        response = httpx.get(f"{self.url}/_fake/info", timeout=10)
+        response = loopback.get(f"{self.url}/_fake/info", timeout=10)
         response.raise_for_status()
         result: dict[str, Any] = response.json()
         return result
@@ -122,7 +123,7 @@ class FakeEngine:
                     f"{'ready' if ready else 'listening'}; stderr:\n{self.stderr()[-2000:]}"
                 )
             try:
-                response = httpx.get(f"{self.url}/health", timeout=2)
+                response = loopback.get(f"{self.url}/health", timeout=2)
             except httpx.TransportError:
                 pass
             else:

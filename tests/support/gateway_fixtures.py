@@ -24,6 +24,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.support import loopback
 from tests.support.worker_fixtures import WorkerProcess, free_port, wait_until
 
 __all__ = [
@@ -68,7 +69,7 @@ class PodProcess:
     def ready(self) -> bool:
         assert self.router.poll() is None, self.logs()
         try:
-            body = httpx.get(self.url + "/readyz", timeout=2).json()
+            body = loopback.get(self.url + "/readyz", timeout=2).json()
         except (httpx.HTTPError, ValueError):
             return False
         return all(s["up"] and s["ready"] for s in body["slots"])
@@ -90,14 +91,14 @@ class GatewayProcess:
         return self.log_path.read_text(errors="replace")
 
     def client(self, **kwargs: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=60.0, trust_env=False, **kwargs)
+        return loopback.client(base_url=self.url, timeout=60.0, trust_env=False, **kwargs)
 
     def write_pools(self, pools: Sequence[Mapping[str, Any]]) -> None:
         """Rewrite the pools file (the gateway re-reads local endpoints when it changes)."""
         write_pools(self.pools_file, pools)
 
     def metric(self, name: str) -> float:
-        text = httpx.get(self.url + "/metrics", timeout=5).text
+        text = loopback.get(self.url + "/metrics", timeout=5).text
         for line in text.splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[-1])
@@ -210,7 +211,7 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
             while True:
                 assert gateway.process.poll() is None, gateway.logs()
                 with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(gateway.url + "/readyz", timeout=1).status_code == 200:
+                    if loopback.get(gateway.url + "/readyz", timeout=1).status_code == 200:
                         break
                 assert time.monotonic() < deadline, f"gateway not ready:\n{gateway.logs()}"
                 time.sleep(0.05)

@@ -31,6 +31,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.support import loopback
 from tests.support.ports import free_port
 from tests.support.repo import ROOT
 
@@ -71,7 +72,7 @@ class PrometheusProcess:
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         """An instant query's result vector; fails the test on a query error."""
-        response = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10)
+        response = loopback.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10)
         body = response.json()
         if body.get("status") != "success":
             pytest.fail(f"query failed: {expr}\n{body}", pytrace=False)
@@ -102,7 +103,7 @@ class PrometheusProcess:
             time.sleep(0.2)
 
     def targets(self) -> list[dict[str, Any]]:
-        response = httpx.get(f"{self.url}/api/v1/targets", timeout=10)
+        response = loopback.get(f"{self.url}/api/v1/targets", timeout=10)
         active: list[dict[str, Any]] = response.json()["data"]["activeTargets"]
         return active
 
@@ -239,7 +240,7 @@ def start_prometheus(tmp_path: Path) -> Iterator[Callable[..., PrometheusProcess
         while True:
             assert process.poll() is None, f"prometheus exited:\n{prometheus.logs()}"
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{prometheus.url}/-/ready", timeout=1).status_code == 200:
+                if loopback.get(f"{prometheus.url}/-/ready", timeout=1).status_code == 200:
                     return prometheus
             assert time.monotonic() < deadline, f"prometheus not ready:\n{prometheus.logs()}"
             time.sleep(0.1)

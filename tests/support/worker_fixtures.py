@@ -24,6 +24,7 @@ import psutil
 import pytest
 import yaml
 
+from tests.support import loopback
 from tests.support.ports import free_port
 
 __all__ = [
@@ -109,7 +110,7 @@ class WorkerProcess:
 
     def client(self, **kwargs: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60.0, **kwargs)
+        return loopback.client(base_url=self.url, headers=headers, timeout=60.0, **kwargs)
 
     def get(self, path: str) -> Any:
         with self.client() as client:
@@ -257,7 +258,7 @@ def wait_healthy(worker: WorkerProcess, timeout: float = 120.0) -> None:
                 f"worker exited with {worker.process.returncode}:\n{worker.logs()}"
             )
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(worker.url + "/healthz", timeout=1.0).status_code == 200:
+            if loopback.get(worker.url + "/healthz", timeout=1.0).status_code == 200:
                 return
         time.sleep(0.05)
     raise AssertionError(f"worker not healthy within {timeout}s:\n{worker.logs()}")

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from tests.support import loopback
 from tests.support.default_engine import ENGINE, Engine, start_engine, stop_engine
 
 from sie_worker.engines._device import StartupError, choose_placement
@@ -308,9 +308,9 @@ def _cosine(a: list[float], b: list[float]) -> float:
 
 @pytest.mark.slow
 def test_engine_health_and_models_report_the_model_and_its_device(minilm_engine: Engine) -> None:
-    health = httpx.get(minilm_engine.url + "/health").json()
+    health = loopback.get(minilm_engine.url + "/health").json()
     assert (health["status"], health["device"], health["task"]) == ("ok", "cpu", "encode")
-    (model,) = httpx.get(minilm_engine.url + "/v1/models").json()["data"]
+    (model,) = loopback.get(minilm_engine.url + "/v1/models").json()["data"]
     assert (model["id"], model["object"], model["dimensions"]) == ("minilm", "model", 384)
 
 
@@ -547,7 +547,7 @@ def test_other_sentence_transformers_stacks_are_served_by_sentence_transformers(
     reference = json.loads(built.stdout.strip().splitlines()[-1])
     engine = start_engine(["--model-path", str(target), "--task", "encode"], tmp_path / "log")
     try:
-        (model,) = httpx.get(engine.url + "/v1/models").json()["data"]
+        (model,) = loopback.get(engine.url + "/v1/models").json()["data"]
         assert (model["backend"], model["dimensions"]) == ("sentence-transformers", 16)
         for ours, theirs in zip(_embed(engine, texts), reference, strict=True):
             assert ours == pytest.approx(theirs, abs=1e-5)
@@ -564,7 +564,7 @@ def test_chat_without_a_template_uses_the_documented_fallback(
     (plain / "chat_template.jinja").unlink()
     engine = start_engine(["--model-path", str(plain), "--task", "generate"], tmp_path / "log")
     try:
-        assert httpx.get(engine.url + "/health").json()["chat_template"] is False
+        assert loopback.get(engine.url + "/health").json()["chat_template"] is False
         messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
         chat = engine.post(
             "/v1/chat/completions", {"messages": messages, "max_tokens": 4, "temperature": 0}
@@ -595,7 +595,7 @@ def test_engine_shuts_down_on_sigterm_during_a_stream(tiny_llama_dir: Path, tmp_
         ["--model-path", str(tiny_llama_dir), "--task", "generate", "--threads", "1"],
         tmp_path / "log",
     )
-    with httpx.stream(
+    with loopback.stream(
         "POST",
         engine.url + "/v1/completions",
         json={"prompt": "Hello", "max_tokens": 500, "stream": True},

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support import loopback
 from tests.support.worker_fixtures import WorkerProcess, fake_model
 
 StartWorker = Callable[..., WorkerProcess]
@@ -25,7 +25,7 @@ def engine_info(worker: WorkerProcess, model: str) -> dict[str, Any]:
         cmdline = psutil.Process(pid).cmdline()
         if cmdline[cmdline.index("--served-model-name") + 1] == model:
             port = cmdline[cmdline.index("--port") + 1]
-            info: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/_fake/info").json()
+            info: dict[str, Any] = loopback.get(f"http://127.0.0.1:{port}/_fake/info").json()
             return info
     raise AssertionError(f"no engine serves {model}")
 

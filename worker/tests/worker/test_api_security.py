@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import httpx
 import pytest
+from tests.support import loopback
 from tests.support.worker_fixtures import WorkerProcess, fake_model
 
 StartWorker = Callable[..., WorkerProcess]
@@ -13,7 +13,7 @@ StartWorker = Callable[..., WorkerProcess]
 
 def test_api_key_is_required_everywhere_but_probes_and_metrics(start_worker: StartWorker) -> None:
     worker = start_worker([fake_model("org/m")], devices="cuda:0", api_key="s3cret")
-    with httpx.Client(base_url=worker.url) as anonymous:
+    with loopback.client(base_url=worker.url) as anonymous:
         for path in ("/healthz", "/readyz", "/metrics"):
             assert anonymous.get(path).status_code == 200, path
         for method, path in (
@@ -141,5 +141,5 @@ def test_readyz_waits_for_pinned_models(start_worker: StartWorker) -> None:
     assert first.json()["waiting_for"] == ["org/p"]
     from tests.support.worker_fixtures import wait_until
 
-    wait_until(lambda: httpx.get(worker.url + "/readyz").status_code == 200)
+    wait_until(lambda: loopback.get(worker.url + "/readyz").status_code == 200)
     assert worker.models()["org/p"]["pinned"] is True

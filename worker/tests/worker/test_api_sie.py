@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import msgpack
 import pytest
+from tests.support import loopback
 from tests.support.fake_engine import fake_embedding
 from tests.support.worker_fixtures import WorkerProcess, fake_model
 
@@ -211,7 +212,7 @@ def test_auth_limits_and_metrics_are_the_openai_routes_own(start_worker: StartWo
         api_key="s3cret",
         env={"SIE_MAX_BODY_BYTES": "2048"},
     )
-    anonymous = httpx.post(worker.url + "/v1/encode/org/emb", json={"items": [{"text": "x"}]})
+    anonymous = loopback.post(worker.url + "/v1/encode/org/emb", json={"items": [{"text": "x"}]})
     assert (anonymous.status_code, anonymous.headers["x-sie-error-code"]) == (401, "UNAUTHORIZED")
     with worker.client() as client:
         big = client.post("/v1/encode/org/emb", json={"items": [{"text": "x" * 4096}]})

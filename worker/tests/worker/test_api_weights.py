@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support import loopback
 from tests.support.fake_hub import FakeHub, fetched_files, synthetic_model_files
 from tests.support.worker_fixtures import WorkerProcess, fake_model, wait_until
 
@@ -50,7 +51,7 @@ def engine_info(worker: WorkerProcess, model: str) -> dict[str, Any]:
             and cmdline[cmdline.index("--served-model-name") + 1] == model
         ):
             port = cmdline[cmdline.index("--port") + 1]
-            info: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/_fake/info").json()
+            info: dict[str, Any] = loopback.get(f"http://127.0.0.1:{port}/_fake/info").json()
             return info
     raise AssertionError(f"no engine serves {model}")
 

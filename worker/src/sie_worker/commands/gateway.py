@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = uvicorn.Config(
         app,
+        ws="none",  # why: no WebSocket route; auto would import wsproto on every start
         host=args.host,
         port=args.port,
         log_level=args.log_level,

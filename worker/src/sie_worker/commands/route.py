@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
         access_log=False,
+        ws="none",  # why: no WebSocket route; auto would import wsproto on every start
     )
     return 0
 

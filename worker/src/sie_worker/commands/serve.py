@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings, configs)
     config = uvicorn.Config(
         app,
+        ws="none",  # why: no WebSocket route; auto would import wsproto on every start
         host=args.host,
         port=args.port,
         log_level=args.log_level,

@@ -74,6 +74,13 @@ class Loader:
         # The config this load uses throughout; a config written meanwhile stays pending.
         served, record.config_pending = record.served, False
         try:
+            # Loading from the moment the load is taken: resolving its options and measuring
+            # its memory (threads, weight files read) come before any placement, and a
+            # model shown "unloaded" then would send the router, and a client's poll, on
+            # the wrong track.
+            async with table.lock:
+                if record.state != "loading":
+                    table.life.move(record, "loading", "load", phase="starting")
             options = await anyio.to_thread.run_sync(resolve_load_options, served, self._settings)
             if options.model_path is None and self._settings.weights_download == "worker":
                 options = await self._fetch_weights(record, served, options)
