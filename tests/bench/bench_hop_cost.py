@@ -88,6 +88,18 @@ def _cells(args: argparse.Namespace) -> list[dict[str, Any]]:
             paths["nginx"] = bs.Path_(
                 "nginx", nginx.url, nginx_pids, engine_pid, binary, hops={"nginx": nginx_pids}
             )
+        if args.profile:
+            # py-spy each hop while short streams make the per-request work most of it.
+            tokens = min(args.tokens)
+            mode = bs.Mode(f"50 tok/s, {tokens} tokens", False, tokens)
+            for hop, service in (("gateway", gateway), ("router", router), ("worker", worker)):
+                profile = bs._profile(
+                    service, paths["gateway+router+worker"], mode, args.streams, ns
+                )
+                kept = OUT / f"profile-hop-cost-{hop}.txt"
+                (OUT.parent.parent.parent / profile["file"]).replace(kept)
+                print(hop, kept, profile.get("samples"), flush=True)
+            return cells
         for tokens in args.tokens:
             mode = bs.Mode(f"50 tok/s, {tokens} tokens", False, tokens)
             # Short streams at full concurrency would be a connection storm (64 streams of
@@ -138,9 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy each hop on the shortest streams instead"
+    )
     args = parser.parse_args(argv)
     prepare()
     cells = _cells(args)
+    if args.profile:
+        return 0
     write_result("hop_cost", {"cells": cells, "args": vars(args)})
     print("\n".join(_table(cells, args.duration)))
     return 0
