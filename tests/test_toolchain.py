@@ -259,9 +259,13 @@ def test_ci_runs_the_readme_test_command_and_nothing_else() -> None:
     assert [c for c in commands if c] == ["make run", "make test"]
 
 
-def test_make_test_sets_up_then_runs_every_check() -> None:
+def test_make_test_builds_the_control_plane_beside_the_pytest_step() -> None:
     dry_run = make_dry_run("test").splitlines()
-    assert dry_run == ["scripts/setup", "scripts/setup-tools", "scripts/test"]
+    assert dry_run == [
+        "scripts/setup",
+        "scripts/setup-tools --no-cluster",
+        "scripts/test --build-cluster",
+    ]
 
 
 def test_test_command_ends_with_a_summary_line() -> None:
@@ -323,6 +327,22 @@ def test_cluster_step_without_a_control_plane_fails_in_ci_and_skips_elsewhere(
     assert result.returncode == rc, result.stdout + result.stderr
     assert lines[-2].split()[:3] == ["pytest", "cluster", status]
     assert "run scripts/setup-tools" in lines[-2]
+
+
+def test_cluster_step_that_builds_the_control_plane_fails_naming_the_build(
+    tmp_path: Path,
+) -> None:
+    # --build-cluster (make test) runs scripts/cluster-setup in the step; without Go it cannot.
+    result = _test_command(
+        "--build-cluster",
+        "pytest cluster",
+        env={"SIE_CLUSTER_TOOLS": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cluster-setup: go is not on PATH" in result.stdout + result.stderr
+    assert "scripts/cluster-setup failed" in result.stdout
+    assert lines[-2].split()[:3] == ["pytest", "cluster", "FAIL"]
 
 
 def test_make_run_sets_up_only_the_python_environment_then_serves() -> None:
