@@ -43,7 +43,7 @@ from sie_worker.errors import (
     UnknownModel,
 )
 
-from tests.support.ports import free_port
+from tests.support.ports import PORT_ATTEMPTS, free_port, lost_its_port
 from tests.support.worker_fixtures import (
     WorkerProcess,
     wait_healthy,
@@ -203,7 +203,6 @@ class Launcher:
         directory.mkdir(parents=True, exist_ok=True)
         for config in configs:
             write_config(directory, config)
-        port = free_port()
         log_path = self.root / f"worker-{index}.log"
         full_env = {
             k: v for k, v in os.environ.items() if not k.startswith(("SIE_", "CUDA_VISIBLE"))
@@ -217,14 +216,27 @@ class Launcher:
         book = EngineBook()
         full_env[_MARKER] = book.marker
         argv = [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(directory)]
-        argv += ["--port", str(port), *args]
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-        worker = Worker(process, port, directory, log_path, api_key, book=book)
-        self.workers.append(worker)
-        if wait:
-            wait_healthy(worker, timeout=60.0)
-        return worker
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            port = free_port()
+            with log_path.open("ab") as log:
+                process = subprocess.Popen(
+                    [*argv, "--port", str(port), *args],
+                    env=full_env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            worker = Worker(process, port, directory, log_path, api_key, book=book)
+            self.workers.append(worker)
+            if not wait:
+                return worker
+            try:
+                wait_healthy(worker, timeout=60.0)
+            except AssertionError:
+                if attempt == PORT_ATTEMPTS or not lost_its_port(process, log_path):
+                    raise
+                continue
+            return worker
+        raise AssertionError("unreachable")
 
     def close(self) -> list[int]:
         """Stop every worker; return (after killing them) engine processes that outlived it."""

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests.support import loopback
+from tests.support.ports import PORT_ATTEMPTS, listens, lost_its_port
 from tests.support.worker_fixtures import WorkerProcess, free_port, wait_until
 
 __all__ = [
@@ -72,7 +73,10 @@ class PodProcess:
             body = loopback.get(self.url + "/readyz", timeout=2).json()
         except (httpx.HTTPError, ValueError):
             return False
-        return all(s["up"] and s["ready"] for s in body["slots"])
+        if not isinstance(body, dict) or "slots" not in body:
+            return False  # not a router's answer (yet)
+        ready = all(s["up"] and s["ready"] for s in body["slots"])
+        return ready and listens(self.router.pid, self.port)
 
 
 @dataclass
@@ -143,7 +147,6 @@ def start_pod(
                 for _ in range(slots)
             ]
         workers, slots = list(workers), len(workers)
-        port = port or free_port()
         log_path = tmp_path / f"router-{len(pods)}.log"
         env = _base_env()
         env.update(
@@ -156,19 +159,42 @@ def start_pod(
             }
         )
         argv = [sys.executable, "-m", "sie_worker", "route", "--host", "127.0.0.1"]
-        with log_path.open("wb") as log:
-            router = subprocess.Popen(
-                [*argv, "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        pod = PodProcess(router, port, workers, log_path)
-        pods.append(pod)
-        if wait:
-            wait_until(pod.ready, timeout=90, interval=0.1)
-        return pod
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            chosen = port or free_port()
+            with log_path.open("wb") as log:
+                router = subprocess.Popen(
+                    [*argv, "--port", str(chosen)], env=env, stdout=log, stderr=subprocess.STDOUT
+                )
+            pod = PodProcess(router, chosen, workers, log_path)
+            pods.append(pod)
+            if not wait:
+                return pod
+            try:
+                wait_until(pod.ready, timeout=90, interval=0.1)
+            except AssertionError:
+                if port or attempt == PORT_ATTEMPTS or not lost_its_port(router, log_path):
+                    raise
+                continue
+            return pod
+        raise AssertionError("unreachable")
 
     yield start
     for pod in pods:
         stop_process(pod.router)
+
+
+def _wait_gateway(gateway: GatewayProcess, timeout: float = 60.0) -> None:
+    """Until the gateway answers /readyz on its own port (not another process that took it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert gateway.process.poll() is None, gateway.logs()
+        with contextlib.suppress(httpx.HTTPError):
+            if loopback.get(gateway.url + "/readyz", timeout=1).status_code == 200 and listens(
+                gateway.process.pid, gateway.port
+            ):
+                return
+        assert time.monotonic() < deadline, f"gateway not ready:\n{gateway.logs()}"
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -187,7 +213,6 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
         index = len(gateways)
         pools_file = tmp_path / f"gateway-{index}-pools.yaml"
         log_path = tmp_path / f"gateway-{index}.log"
-        port = port or free_port()
         full_env = _base_env()
         full_env.update(
             {
@@ -198,24 +223,26 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
                 **(env or {}),
             }
         )
-        argv = [*wrapper, sys.executable, "-m", "sie_worker", "gateway", "--port", str(port)]
-        if config_dir is not None:
-            argv += ["--config-dir", str(config_dir)]
         write_pools(pools_file, pools)
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-        gateway = GatewayProcess(process, port, pools_file, log_path, full_env)
-        gateways.append(gateway)
-        if wait:
-            deadline = time.monotonic() + 60
-            while True:
-                assert gateway.process.poll() is None, gateway.logs()
-                with contextlib.suppress(httpx.HTTPError):
-                    if loopback.get(gateway.url + "/readyz", timeout=1).status_code == 200:
-                        break
-                assert time.monotonic() < deadline, f"gateway not ready:\n{gateway.logs()}"
-                time.sleep(0.05)
-        return gateway
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            chosen = port or free_port()
+            argv = [*wrapper, sys.executable, "-m", "sie_worker", "gateway", "--port", str(chosen)]
+            if config_dir is not None:
+                argv += ["--config-dir", str(config_dir)]
+            with log_path.open("wb") as log:
+                process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+            gateway = GatewayProcess(process, chosen, pools_file, log_path, full_env)
+            gateways.append(gateway)
+            if not wait:
+                return gateway
+            try:
+                _wait_gateway(gateway)
+            except AssertionError:
+                if port or attempt == PORT_ATTEMPTS or not lost_its_port(process, log_path):
+                    raise
+                continue
+            return gateway
+        raise AssertionError("unreachable")
 
     yield start
     for gateway in gateways:

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.support import loopback
-from tests.support.ports import free_port
+from tests.support.ports import PORT_ATTEMPTS, free_port, listens, lost_its_port
 
 __all__ = [
     "WorkerProcess",
@@ -187,7 +187,6 @@ def start_worker(
         directory.mkdir(parents=True, exist_ok=True)
         for config in configs or []:
             write_config(directory, config)
-        port = free_port()
         log_path = tmp_path / f"worker-{len(workers)}.log"
         full_env = {
             k: v for k, v in os.environ.items() if not k.startswith(("SIE_", "CUDA_VISIBLE"))
@@ -211,27 +210,25 @@ def start_worker(
         if api_key:
             full_env["SIE_API_KEY"] = api_key
         full_env.update(env or {})
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "sie_worker",
-                    "serve",
-                    "--config-dir",
-                    str(directory),
-                    "--port",
-                    str(port),
-                ],
-                env=full_env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        worker = WorkerProcess(process, port, directory, log_path, api_key)
-        workers.append(worker)
-        if wait:
-            wait_healthy(worker)
-        return worker
+        argv = [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(directory)]
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            port = free_port()
+            with log_path.open("wb") as log:
+                process = subprocess.Popen(
+                    [*argv, "--port", str(port)], env=full_env, stdout=log, stderr=subprocess.STDOUT
+                )
+            worker = WorkerProcess(process, port, directory, log_path, api_key)
+            workers.append(worker)
+            if not wait:
+                return worker
+            try:
+                wait_healthy(worker)
+            except AssertionError:
+                if attempt == PORT_ATTEMPTS or not lost_its_port(process, log_path):
+                    raise
+                continue
+            return worker
+        raise AssertionError("unreachable")
 
     yield start
     leftovers = []
@@ -258,7 +255,9 @@ def wait_healthy(worker: WorkerProcess, timeout: float = 120.0) -> None:
                 f"worker exited with {worker.process.returncode}:\n{worker.logs()}"
             )
         with contextlib.suppress(httpx.HTTPError):
-            if loopback.get(worker.url + "/healthz", timeout=1.0).status_code == 200:
+            if loopback.get(worker.url + "/healthz", timeout=1.0).status_code == 200 and listens(
+                worker.process.pid, worker.port
+            ):
                 return
         time.sleep(0.05)
     raise AssertionError(f"worker not healthy within {timeout}s:\n{worker.logs()}")

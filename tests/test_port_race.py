@@ -1,0 +1,91 @@
+"""A server a test starts is the one that answers: another process on its port is noticed.
+
+``free_port()`` hands out a port nothing listens on now; another process may bind it before
+the test's server does. That server then exits ("address already in use") while the other
+answers the readiness probe. The starters of tests/support check who listens and start
+again on a new port.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.support import gateway_fixtures, worker_fixtures
+from tests.support.gateway_fixtures import GatewayProcess, PodProcess
+from tests.support.ports import free_port, listens
+from tests.support.worker_fixtures import WorkerProcess, fake_model
+
+
+class _AnswersEverything(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b'{"status": "ok", "slots": []}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def squat(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], int]]:
+    """``squat()``: the next ``free_port()`` of the starters hands out a port that a server of
+    this process holds (and answers 200 on); returns that port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AnswersEverything)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = int(server.server_address[1])
+    armed: list[bool] = []
+
+    def next_port() -> int:
+        if armed:
+            armed.clear()
+            return port
+        return free_port()
+
+    def arm() -> int:
+        armed.append(True)
+        return port
+
+    for module in (worker_fixtures, gateway_fixtures):
+        monkeypatch.setattr(module, "free_port", next_port)
+    try:
+        yield arm
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_worker_whose_port_was_taken_starts_again_on_another(
+    squat: Callable[[], int], start_worker: Callable[..., WorkerProcess]
+) -> None:
+    taken = squat()
+    worker = start_worker([fake_model("org/m")])
+    assert worker.port != taken
+    assert listens(worker.process.pid, worker.port)
+    assert worker.models()["org/m"]["state"] == "unloaded"
+
+
+def test_a_router_and_a_gateway_whose_ports_were_taken_start_again_on_others(
+    squat: Callable[[], int],
+    start_worker: Callable[..., WorkerProcess],
+    start_pod: Callable[..., PodProcess],
+    start_gateway: Callable[..., GatewayProcess],
+) -> None:
+    worker = start_worker([fake_model("org/m")])
+    taken = squat()
+    pod = start_pod([], workers=[worker])
+    assert pod.port != taken
+    assert listens(pod.router.pid, pod.port)
+    taken = squat()
+    pools = [{"pool": "p", "bundle": "sglang", "gpu_type": "l4", "endpoints": [pod.url]}]
+    gateway = start_gateway(pools)
+    assert gateway.port != taken
+    assert listens(gateway.process.pid, gateway.port)
