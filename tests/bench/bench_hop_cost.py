@@ -28,6 +28,7 @@ from tests.bench import bench_stream as bs
 from tests.bench._bench import (
     MODEL,
     OUT,
+    ROOT,
     Service,
     pinning_available,
     prepare,
@@ -97,7 +98,7 @@ def _cells(args: argparse.Namespace) -> list[dict[str, Any]]:
                     service, paths["gateway+router+worker"], mode, args.streams, ns
                 )
                 kept = OUT / f"profile-hop-cost-{hop}.txt"
-                (OUT.parent.parent.parent / profile["file"]).replace(kept)
+                (ROOT / profile["file"]).replace(kept)
                 print(hop, kept, profile.get("samples"), flush=True)
             return cells
         for tokens in args.tokens:
@@ -120,15 +121,18 @@ def _requests(cell: dict[str, Any]) -> float:
     return events / bg.events_per_stream(cell["tokens"])
 
 
-def _table(cells: Sequence[dict[str, Any]], duration: float) -> list[str]:
+def _table(cells: Sequence[dict[str, Any]]) -> list[str]:
+    tokens = sorted({cell["tokens"] for cell in cells})
     lines = [
-        "| hop | per request (µs) | per event (µs) | µs/event at 4 / 50 / 400 tokens, measured |",
+        "| hop | per request (µs) | per event (µs) | µs/event measured at "
+        + " / ".join(map(str, tokens))
+        + " tokens |",
         "|---|---:|---:|---|",
     ]
     for hop in (*_HOPS, "nginx"):
         rows = []
         measured = []
-        for cell in cells:
+        for cell in sorted(cells, key=lambda c: c["tokens"]):
             per_event = cell["hop_cpu_us_per_event"].get(hop)
             if per_event is None:
                 continue
@@ -159,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile:
         return 0
     write_result("hop_cost", {"cells": cells, "args": vars(args)})
-    print("\n".join(_table(cells, args.duration)))
+    print("\n".join(_table(cells)))
     return 0
 
 
