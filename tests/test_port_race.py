@@ -9,12 +9,18 @@ again on a new port.
 from __future__ import annotations
 
 import http.server
+import os
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from tests.cluster.netns import NetNamespace
 from tests.support import gateway_fixtures, worker_fixtures
 from tests.support.gateway_fixtures import GatewayProcess, PodProcess
 from tests.support.ports import free_port, listens
@@ -89,3 +95,47 @@ def test_a_router_and_a_gateway_whose_ports_were_taken_start_again_on_others(
     gateway = start_gateway(pools)
     assert gateway.port != taken
     assert listens(gateway.process.pid, gateway.port)
+
+
+def test_listens_sees_only_the_processs_own_listening_socket_on_that_port() -> None:
+    with socket.socket() as held, socket.socket() as bound:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        bound.bind(("127.0.0.1", 0))  # bound, not listening
+        assert listens(os.getpid(), held.getsockname()[1])
+        assert not listens(os.getpid(), bound.getsockname()[1])
+        other = subprocess.Popen(["sleep", "30"])
+        try:
+            assert not listens(other.pid, held.getsockname()[1])
+        finally:
+            other.kill()
+            other.wait()
+    assert not listens(other.pid, 1)  # gone
+
+
+def test_listens_sees_a_server_in_a_network_namespace_of_its_own() -> None:
+    """A cluster test's gateway runs inside its own namespace (tests/cluster/netns.py)."""
+    why = NetNamespace.available()
+    if why is not None:
+        pytest.skip(f"needs a network namespace: {why}")
+    ns = NetNamespace()
+    ns.start()
+    try:
+        port = free_port()
+        server = subprocess.Popen(
+            [*ns.prefix(), sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not listens(server.pid, port):
+                assert server.poll() is None
+                assert time.monotonic() < deadline, "the server never listened"
+                time.sleep(0.05)
+            assert not listens(server.pid, port + 1)
+        finally:
+            server.kill()
+            server.wait()
+    finally:
+        ns.stop()

@@ -68,8 +68,9 @@ def _sample(text: str, name: str) -> int:
 @pytest.fixture
 def pod(start_worker: Callable[..., WorkerProcess], tmp_path: Path) -> Iterator[Pod]:
     configs = [fake_model(m, env={"FAKE_ENGINE_START_DELAY_S": "1"}) for m in MODELS]
-    # Started together; the router's /readyz (every slot up) says when all of them answer.
-    workers = [start_worker(configs, devices="cuda:0", wait=False) for _ in range(SLOTS)]
+    # Each healthy on a port of its own before the router is given the ports (start_worker
+    # starts a worker again on a new port when another process took its first one).
+    workers = [start_worker(configs, devices="cuda:0") for _ in range(SLOTS)]
     port = free_port()
     log_path = tmp_path / "router.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}

@@ -142,10 +142,10 @@ def start_pod(
         """``workers``: existing worker processes to route to (``configs``, ``slots``,
         ``devices`` and ``worker_env`` are then unused)."""
         if workers is None:
-            workers = [
-                start_worker(configs, devices=devices, env=worker_env, wait=False)
-                for _ in range(slots)
-            ]
+            # Each worker healthy on a port of its own before the router is given the ports:
+            # a worker that lost its port to another process would leave the router polling
+            # someone else's worker (start_worker starts it again on a new port).
+            workers = [start_worker(configs, devices=devices, env=worker_env) for _ in range(slots)]
         workers, slots = list(workers), len(workers)
         log_path = tmp_path / f"router-{len(pods)}.log"
         env = _base_env()

@@ -11,11 +11,10 @@ again on a new port when :func:`lost_its_port`.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 from pathlib import Path
-
-import psutil
 
 __all__ = ["free_port", "free_ports", "listens", "lost_its_port"]
 
@@ -39,12 +38,38 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 
 
 def listens(pid: int, port: int) -> bool:
-    """Whether process ``pid`` holds a listening TCP socket on ``port``."""
+    """Whether process ``pid`` holds a listening TCP socket on ``port``, in whichever network
+    namespace it runs (a cluster test's gateway runs in one of its own).
+
+    Read from ``/proc/<pid>/net``, which shows the process's namespace; psutil reads the
+    caller's ``/proc/net`` and so never sees a socket of another namespace.
+    """
     try:
-        connections = psutil.Process(pid).net_connections(kind="tcp")
-    except psutil.Error:
+        inodes = {
+            target[len("socket:[") : -1]
+            for fd in os.listdir(f"/proc/{pid}/fd")
+            if (target := _readlink(f"/proc/{pid}/fd/{fd}")).startswith("socket:[")
+        }
+        tables = [Path(f"/proc/{pid}/net/{name}").read_text() for name in ("tcp", "tcp6")]
+    except OSError:  # gone, or not ours to read
         return False
-    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections)
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if fields[3] == _TCP_LISTEN and local_port == port and fields[9] in inodes:
+                return True
+    return False
+
+
+_TCP_LISTEN = "0A"  # the state column of /proc/net/tcp (include/net/tcp_states.h)
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # the descriptor closed while we looked
+        return ""
 
 
 def lost_its_port(process: subprocess.Popen[bytes], log: Path) -> bool:
