@@ -50,7 +50,9 @@ def listens(pid: int, port: int) -> bool:
             for fd in os.listdir(f"/proc/{pid}/fd")
             if (target := _readlink(f"/proc/{pid}/fd/{fd}")).startswith("socket:[")
         }
-        tables = [Path(f"/proc/{pid}/net/{name}").read_text() for name in ("tcp", "tcp6")]
+        net = Path(f"/proc/{pid}/net")
+        # tcp6 is absent where the kernel runs without IPv6.
+        tables = [net.joinpath(n).read_text() for n in ("tcp", "tcp6") if net.joinpath(n).exists()]
     except OSError:  # gone, or not ours to read
         return False
     for table in tables:
