@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.netns import NetNamespace
-from tests.support import gateway_fixtures, worker_fixtures
+from tests.support import ports
 from tests.support.gateway_fixtures import GatewayProcess, PodProcess
 from tests.support.ports import free_port, listens
 from tests.support.worker_fixtures import WorkerProcess, fake_model
@@ -60,8 +60,7 @@ def squat(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], int]]:
         armed.append(True)
         return port
 
-    for module in (worker_fixtures, gateway_fixtures):
-        monkeypatch.setattr(module, "free_port", next_port)
+    monkeypatch.setattr(ports, "free_port", next_port)  # what start_on_free_port calls
     try:
         yield arm
     finally:

@@ -30,7 +30,8 @@ from tests.cluster.kube import Kube, Nodes, NodeSpec
 from tests.cluster.test_chart_install import install, release_name
 from tests.support import loopback
 from tests.support.gateway_fixtures import GatewayProcess, PodProcess
-from tests.support.worker_fixtures import fake_model, free_port, wait_until
+from tests.support.ports import free_port
+from tests.support.worker_fixtures import fake_model, wait_until
 
 pytestmark = pytest.mark.cluster
 

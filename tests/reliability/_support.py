@@ -43,7 +43,7 @@ from sie_worker.errors import (
     UnknownModel,
 )
 
-from tests.support.ports import PORT_ATTEMPTS, free_port, lost_its_port
+from tests.support.ports import start_on_free_port
 from tests.support.worker_fixtures import (
     WorkerProcess,
     wait_healthy,
@@ -216,8 +216,8 @@ class Launcher:
         book = EngineBook()
         full_env[_MARKER] = book.marker
         argv = [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(directory)]
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            port = free_port()
+
+        def launch(port: int) -> tuple[Worker, subprocess.Popen[bytes], Path]:
             with log_path.open("ab") as log:
                 process = subprocess.Popen(
                     [*argv, "--port", str(port), *args],
@@ -227,16 +227,12 @@ class Launcher:
                 )
             worker = Worker(process, port, directory, log_path, api_key, book=book)
             self.workers.append(worker)
-            if not wait:
-                return worker
-            try:
-                wait_healthy(worker, timeout=60.0)
-            except AssertionError:
-                if attempt == PORT_ATTEMPTS or not lost_its_port(process, log_path):
-                    raise
-                continue
-            return worker
-        raise AssertionError("unreachable")
+            return worker, process, log_path
+
+        def ready(worker: Worker) -> None:
+            wait_healthy(worker, timeout=60.0)
+
+        return start_on_free_port(launch, ready if wait else None)
 
     def close(self) -> list[int]:
         """Stop every worker; return (after killing them) engine processes that outlived it."""

@@ -16,12 +16,11 @@ from typing import Any
 import httpx
 
 from tests.support import loopback
-from tests.support.ports import free_port
+from tests.support.ports import start_on_free_port
 
 __all__ = ["ENGINE", "Engine", "start_engine", "stop_engine"]
 
 ENGINE = [sys.executable, "-m", "sie_worker.engines.transformers"]
-_PORT_ATTEMPTS = 3
 
 
 @dataclass
@@ -50,10 +49,8 @@ def start_engine(args: list[str], log: Path, *, wait: bool = True) -> Engine:
     may bind it before the engine does (a busy machine runs many tests): then, and only
     then, the engine is started again on another port."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    attempt = 0
-    while True:
-        attempt += 1
-        port = free_port()
+
+    def launch(port: int) -> tuple[Engine, subprocess.Popen[bytes], Path]:
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [*ENGINE, *args, "--host", "127.0.0.1", "--port", str(port)],
@@ -61,18 +58,9 @@ def start_engine(args: list[str], log: Path, *, wait: bool = True) -> Engine:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        engine = Engine(process, port, log)
-        if not wait:
-            return engine
-        try:
-            _wait_ready(engine)
-        except AssertionError:
-            exited = engine.process.poll() is not None
-            lost_port = exited and "address already in use" in log.read_text(errors="replace")
-            if not lost_port or attempt == _PORT_ATTEMPTS:
-                raise
-            continue
-        return engine
+        return Engine(process, port, log), process, log
+
+    return start_on_free_port(launch, _wait_ready if wait else None)
 
 
 def _wait_ready(engine: Engine, timeout: float = 180.0) -> None:

@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from tests.support import loopback
-from tests.support.ports import PORT_ATTEMPTS, listens, lost_its_port
-from tests.support.worker_fixtures import WorkerProcess, free_port, wait_until
+from tests.support.ports import listens, start_on_free_port
+from tests.support.worker_fixtures import WorkerProcess, wait_until
 
 __all__ = [
     "GatewayProcess",
@@ -159,24 +159,20 @@ def start_pod(
             }
         )
         argv = [sys.executable, "-m", "sie_worker", "route", "--host", "127.0.0.1"]
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            chosen = port or free_port()
+
+        def launch(chosen: int) -> tuple[PodProcess, subprocess.Popen[bytes], Path]:
             with log_path.open("wb") as log:
                 router = subprocess.Popen(
                     [*argv, "--port", str(chosen)], env=env, stdout=log, stderr=subprocess.STDOUT
                 )
             pod = PodProcess(router, chosen, workers, log_path)
             pods.append(pod)
-            if not wait:
-                return pod
-            try:
-                wait_until(pod.ready, timeout=90, interval=0.1)
-            except AssertionError:
-                if port or attempt == PORT_ATTEMPTS or not lost_its_port(router, log_path):
-                    raise
-                continue
-            return pod
-        raise AssertionError("unreachable")
+            return pod, router, log_path
+
+        def ready(pod: PodProcess) -> None:
+            wait_until(pod.ready, timeout=90, interval=0.1)
+
+        return start_on_free_port(launch, ready if wait else None, port)
 
     yield start
     for pod in pods:
@@ -224,8 +220,8 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
             }
         )
         write_pools(pools_file, pools)
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            chosen = port or free_port()
+
+        def launch(chosen: int) -> tuple[GatewayProcess, subprocess.Popen[bytes], Path]:
             argv = [*wrapper, sys.executable, "-m", "sie_worker", "gateway", "--port", str(chosen)]
             if config_dir is not None:
                 argv += ["--config-dir", str(config_dir)]
@@ -233,16 +229,9 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
                 process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT)
             gateway = GatewayProcess(process, chosen, pools_file, log_path, full_env)
             gateways.append(gateway)
-            if not wait:
-                return gateway
-            try:
-                _wait_gateway(gateway)
-            except AssertionError:
-                if port or attempt == PORT_ATTEMPTS or not lost_its_port(process, log_path):
-                    raise
-                continue
-            return gateway
-        raise AssertionError("unreachable")
+            return gateway, process, log_path
+
+        return start_on_free_port(launch, _wait_gateway if wait else None, port)
 
     yield start
     for gateway in gateways:

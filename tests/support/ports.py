@@ -14,11 +14,15 @@ import contextlib
 import os
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["free_port", "free_ports", "listens", "lost_its_port"]
+__all__ = ["free_port", "free_ports", "listens", "lost_its_port", "start_on_free_port"]
 
 PORT_ATTEMPTS = 3
+
+Server = TypeVar("Server")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -79,3 +83,29 @@ def lost_its_port(process: subprocess.Popen[bytes], log: Path) -> bool:
     if process.poll() is None:
         return False
     return "address already in use" in log.read_text(errors="replace").lower()
+
+
+def start_on_free_port(
+    launch: Callable[[int], tuple[Server, subprocess.Popen[bytes], Path]],
+    ready: Callable[[Server], object] | None,
+    port: int | None = None,
+) -> Server:
+    """``launch(port)`` a server on ``port`` (or a free one) and wait with ``ready`` (which
+    raises AssertionError when it gives up; None: do not wait). A server on a free port
+    that lost it to another process is launched again on a new one, up to
+    :data:`PORT_ATTEMPTS` times; on a port the caller chose, never.
+
+    ``launch`` returns the server, its process and the log its output goes to.
+    """
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        server, process, log = launch(port or free_port())
+        if ready is None:
+            return server
+        try:
+            ready(server)
+        except AssertionError:
+            if port or attempt == PORT_ATTEMPTS or not lost_its_port(process, log):
+                raise
+            continue
+        return server
+    raise AssertionError("unreachable")

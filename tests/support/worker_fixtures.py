@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.support import loopback
-from tests.support.ports import PORT_ATTEMPTS, free_port, listens, lost_its_port
+from tests.support.ports import listens, start_on_free_port
 
 __all__ = [
     "WorkerProcess",
@@ -211,24 +211,17 @@ def start_worker(
             full_env["SIE_API_KEY"] = api_key
         full_env.update(env or {})
         argv = [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(directory)]
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            port = free_port()
+
+        def launch(port: int) -> tuple[WorkerProcess, subprocess.Popen[bytes], Path]:
             with log_path.open("wb") as log:
                 process = subprocess.Popen(
                     [*argv, "--port", str(port)], env=full_env, stdout=log, stderr=subprocess.STDOUT
                 )
             worker = WorkerProcess(process, port, directory, log_path, api_key)
             workers.append(worker)
-            if not wait:
-                return worker
-            try:
-                wait_healthy(worker)
-            except AssertionError:
-                if attempt == PORT_ATTEMPTS or not lost_its_port(process, log_path):
-                    raise
-                continue
-            return worker
-        raise AssertionError("unreachable")
+            return worker, process, log_path
+
+        return start_on_free_port(launch, wait_healthy if wait else None)
 
     yield start
     leftovers = []
