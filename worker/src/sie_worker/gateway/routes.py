@@ -207,6 +207,8 @@ async def configs(request: Request) -> Response:
 
 
 ROUTES = [
+    # The hot routes first: Starlette tries routes in order, and these paths are exact.
+    *[Route(p, openai, methods=["POST"]) for p in _OPENAI_PATHS],
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
@@ -214,7 +216,6 @@ ROUTES = [
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/devices", list_devices, methods=["GET"]),
     Route("/v1/models/{rest:path}", model_call, methods=["GET", "POST"]),
-    *[Route(p, openai, methods=["POST"]) for p in _OPENAI_PATHS],
     *[Route(f"/v1/{kind}/{{model:path}}", native, methods=["POST"]) for kind in _NATIVE],
     Route("/v1/configs", configs, methods=["GET", "PUT", "DELETE"]),
     Route("/v1/configs/{rest:path}", configs, methods=["GET", "PUT", "DELETE"]),

@@ -27,6 +27,7 @@ from sie_worker.gateway.routing import Holder
 from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.gateway.state import Fleet
 from sie_worker.http.relay import RelayLimits
+from sie_worker.http.transport import hop_client
 from sie_worker.http.upstream import Connections
 
 __all__ = ["Gateway"]
@@ -92,11 +93,7 @@ class Gateway:
             )
         connections = Connections()  # to the pods' routers, for this run of the app
         self.limits = replace(self.limits, connections=connections)
-        self._client = self._injected or httpx.AsyncClient(
-            trust_env=False,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-            timeout=httpx.Timeout(self.settings.poll_timeout_s),
-        )
+        self._client = self._injected or hop_client(httpx.Timeout(self.settings.poll_timeout_s))
         self.kube = kube
         try:
             async with anyio.create_task_group() as tg:

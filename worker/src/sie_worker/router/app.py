@@ -38,6 +38,7 @@ from sie_worker.http.errors import EXCEPTION_HANDLERS
 from sie_worker.http.fan_out import Target, ask_all, fan_out
 from sie_worker.http.relay import Upstream, forward_headers
 from sie_worker.http.request_id import RequestId
+from sie_worker.http.transport import hop_client
 from sie_worker.http.upstream import Connections
 from sie_worker.http.wire import WiredStarlette
 from sie_worker.router.merge import merge_devices, merge_models
@@ -60,12 +61,8 @@ _Pick = Callable[[frozenset[int]], Awaitable[Decision]]  # slot choice, given sl
 
 
 def build_client(settings: RouterSettings) -> httpx.AsyncClient:
-    """The pooled client the router uses for every worker call (never the env's proxies)."""
-    return httpx.AsyncClient(
-        trust_env=False,
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
-        timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
-    )
+    """The client of the router's own calls to its workers: polls, fan-outs, merged views."""
+    return hop_client(httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s))
 
 
 def create_router_app(
@@ -77,13 +74,14 @@ def create_router_app(
     """The router app; ``client`` (e.g. over ``MockTransport``) replaces the pooled one."""
     router = _Router(settings, client, policy)
     routes = [
+        # The hot routes first: Starlette tries routes in order, and these paths are exact.
+        *[Route(p, router.openai, methods=["POST"]) for p in _OPENAI_PATHS],
         Route("/healthz", router.healthz, methods=["GET"]),
         Route("/readyz", router.readyz, methods=["GET"]),
         Route("/metrics", router.metrics, methods=["GET"]),
         Route("/v1/models", router.list_models, methods=["GET"]),
         Route("/v1/devices", router.list_devices, methods=["GET"]),
         Route("/v1/models/{rest:path}", router.model_call, methods=["GET", "POST"]),
-        *[Route(p, router.openai, methods=["POST"]) for p in _OPENAI_PATHS],
         *[Route(p, router.sie, methods=["POST"]) for p in _SIE_PATHS],
         Route("/v1/configs", router.configs, methods=["GET"]),
         Route("/v1/configs/{rest:path}", router.configs, methods=["GET", "PUT", "DELETE"]),

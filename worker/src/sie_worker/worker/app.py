@@ -75,6 +75,8 @@ def create_app(
                 await http.aclose()
 
     routes = [
+        # The hot routes first: Starlette tries routes in order, and these paths are exact.
+        *[Route(path, openai_request, methods=["POST"]) for path in ENDPOINT_TASKS],
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/readyz", _readyz, methods=["GET"]),
         Route("/metrics", _metrics, methods=["GET"]),
@@ -86,7 +88,6 @@ def create_app(
         Route("/v1/models/{model_id:path}/pin", _pin, methods=["POST"]),
         Route("/v1/models/{model_id:path}/unpin", _unpin, methods=["POST"]),
         Route("/v1/models/{model_id:path}", _get_model, methods=["GET"]),
-        *[Route(path, openai_request, methods=["POST"]) for path in ENDPOINT_TASKS],
         *[Route(path, sie_request, methods=["POST"]) for path in SIE_PATHS.values()],
         Route("/v1/configs", _list_configs, methods=["GET"]),
         Route("/v1/configs/{sie_id:path}", _get_config, methods=["GET"]),
