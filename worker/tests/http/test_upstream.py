@@ -236,3 +236,32 @@ async def test_closed_connections_keep_nothing() -> None:
         assert connections.idle() == 0
         with anyio.fail_after(5):
             await server.client_closed.wait()
+
+
+@pytest.mark.anyio
+async def test_a_spliced_answers_last_bytes_wait_for_rest_and_the_others_go_to_the_sink() -> None:
+    from tests.support.scripted_engine import Reply
+
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    read_first = anyio.Event()
+
+    async def body() -> Any:
+        yield b"2\r\nab\r\n"
+        await read_first.wait()
+        yield b"2\r\ncd\r\n0\r\n\r\n"  # the last bytes and the end in one write
+
+    async with scripted_engine(lambda request: Reply(body=body(), chunked=False, head=head)) as s:
+        response = await _open(s.base_url + "/v1/x", b"{}")
+        sunk: list[bytes] = []
+
+        def sink(data: bytes) -> bool:
+            sunk.append(data)
+            read_first.set()
+            return False
+
+        response.splice(sink)
+        with anyio.fail_after(5):
+            while not response.finished:
+                await response.wait()
+        assert (sunk, response.rest(), response.rest()) == ([b"ab"], b"cd", b"")
+        response.close()

@@ -314,8 +314,8 @@ class RelayResponse(Response):
         outcome.started = True
         dispatch.answered(response.status)
         with translate_errors(dispatch.name, dispatch.url):
-            await relay_body(response, scope, send)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            rest = await relay_body(response, scope, send)
+        await send({"type": "http.response.body", "body": rest, "more_body": False})
 
 
 class Refused(EngineUnavailable):

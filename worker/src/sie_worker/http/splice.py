@@ -204,27 +204,29 @@ class SplicedResponse(Response):
         assert upstream is not None, "open() comes first"
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         error: SieError | None = None
+        rest = b""
         try:
             first = policy.feed(self._first) if self._first else b""
             if first:
                 await send({"type": "http.response.body", "body": first, "more_body": True})
-            await relay_body(upstream, scope, send, policy.feed)
+            rest = await relay_body(upstream, scope, send, policy.feed)
         except SieError as exc:
             error = exc
         except Exception as exc:
             error = policy.failure(exc, answered=True)
         tail = policy.end(error)
         watch.stop()
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        await send({"type": "http.response.body", "body": rest + tail, "more_body": False})
 
 
 async def relay_body(
     upstream: StreamResponse, scope: Scope, send: Send, transform: Transform | None = None
-) -> None:
+) -> bytes:
     """Relay the rest of ``upstream``'s body to the client whose answer's head has just
     been sent, through ``transform`` when given, and return once it has ended (raising its
     failure, if any). The end of the answer (a last chunk, ``more_body: False``) is left to
-    the caller, who may add an error event first."""
+    the caller, who may add an error event first: what this returns (the body's last bytes,
+    transformed, where they came with its end) goes first in that last chunk."""
     wire = wire_for(scope)
     if wire is None:
         while not upstream.drained:
@@ -249,12 +251,14 @@ async def relay_body(
             await upstream.wait()
             if wire.gone:
                 upstream.close()  # nobody to relay to: the upstream request ends here
-                return
+                return b""
             if upstream.paused and not upstream.finished:
                 await wire.drain()
                 upstream.resume()
     if upstream.error is not None:
         raise upstream.error
+    rest = upstream.rest()
+    return transform(rest) if transform is not None and rest else rest
 
 
 class TaskCancel:

@@ -211,7 +211,9 @@ class StreamResponse(asyncio.Protocol):
                 self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
             return
         sink = self._sink
-        if sink is not None and self._chunks:
+        # The last bytes of an answer stay for the caller, who writes them with the end of
+        # its own answer (one write, and one wake-up of the next hop, instead of two).
+        if sink is not None and self._chunks and not self.finished:
             chunks = self._chunks
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             chunks.clear()
@@ -304,11 +306,12 @@ class StreamResponse(asyncio.Protocol):
 
     def splice(self, sink: Callable[[bytes], bool]) -> None:
         """From now on, hand each read's body to ``sink`` as it is parsed (what was read
-        already first). ``sink`` answers True when its client is behind: reading pauses
+        already first), except the bytes read with the body's end: those wait for
+        :meth:`rest`. ``sink`` answers True when its client is behind: reading pauses
         until :meth:`resume`, and :meth:`wait` returns."""
         self._sink = sink
         self._size = 0
-        if self._chunks:
+        if self._chunks and not self.finished:
             body = b"".join(self._chunks)
             self._chunks.clear()
             if sink(body):
@@ -318,6 +321,12 @@ class StreamResponse(asyncio.Protocol):
                 return
         if self._paused:
             self.resume()
+
+    def rest(self) -> bytes:
+        """What is left of a finished answer's body (spliced: the bytes read with its end)."""
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        return data
 
     async def wait(self) -> None:
         """Return when the response has ended (or failed), or reading paused for a client."""
