@@ -58,6 +58,20 @@ def test_request_id_reaches_the_engine_and_comes_back(start_worker: StartWorker)
     assert response.headers["x-request-id"] == "req-123"
 
 
+def test_the_access_log_keeps_requests_and_leaves_out_successful_polls_and_probes(
+    start_worker: StartWorker,
+) -> None:
+    worker = start_worker([fake_model("org/m")], devices="cuda:0")  # polls /healthz until up
+    with worker.client() as client:
+        for path in ("/readyz", "/v1/models", "/v1/devices", "/metrics"):
+            assert client.get(path).status_code == 200
+        assert client.get("/v1/models/org/nope").status_code == 404
+        assert _stream(client, "org/m", tokens=2)[0] == 200
+    assert worker.stop() == 0
+    logged = [line.split('"')[1] for line in worker.logs().splitlines() if "uvicorn.access" in line]
+    assert logged == ["GET /v1/models/org/nope HTTP/1.1", "POST /v1/completions HTTP/1.1"]
+
+
 def test_stalled_stream_on_a_width_2_model_fails_within_its_read_cap_and_engine_keeps_serving(
     start_worker: StartWorker,
 ) -> None:

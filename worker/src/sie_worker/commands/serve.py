@@ -52,7 +52,8 @@ def register(sub: Any) -> None:
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
-        help="log level (engine output is logged at info)",
+        help="log level (engine output is logged at info; the access log leaves out "
+        "successful polls and probes below debug)",
     )
     parser.set_defaults(func=run)
 
@@ -65,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
     )
     # httpx logs every request at info: the readiness polling of engines would flood the log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    from sie_worker.http.access_log import quiet_polls
+
+    quiet_polls(logging.getLevelNamesMapping()[args.log_level.upper()])
     from sie_worker.config.reader import load_config_dir
     from sie_worker.settings import Settings, SettingsError
 

@@ -10,7 +10,10 @@ from collections.abc import Mapping
 import anyio
 import httpx
 
-__all__ = ["PollError", "poll_answers"]
+__all__ = ["POLLED_PATHS", "PollError", "poll_answers"]
+
+# What one poll fetches, in the order of its answers.
+POLLED_PATHS = ("/v1/models", "/v1/devices", "/readyz")
 
 
 class PollError(Exception):
@@ -26,11 +29,8 @@ async def poll_answers(
 ) -> tuple[httpx.Response, httpx.Response, httpx.Response]:
     """The ``/v1/models`` and ``/v1/devices`` answers (both 200, else :class:`PollError`) and
     the ``/readyz`` answer (any status: it is the readiness)."""
-    paths: tuple[tuple[str, dict[str, str]], ...] = (
-        ("/v1/models", dict(headers)),
-        ("/v1/devices", dict(headers)),
-        ("/readyz", {}),
-    )
+    # /readyz is public (no credentials sent where none are needed).
+    paths = tuple((path, {} if path == "/readyz" else dict(headers)) for path in POLLED_PATHS)
     answers: list[httpx.Response | Exception] = [RuntimeError("not polled")] * len(paths)
 
     async def get(index: int) -> None:
