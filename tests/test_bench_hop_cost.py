@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.bench.bench_hop_cost import fit
+from tests.bench.bench_hop_cost import fit, idle_ms_per_s
 
 
 @given(
@@ -31,3 +31,9 @@ def test_the_fit_recovers_both_costs_from_cells_of_different_stream_lengths(
 def test_cells_of_one_stream_length_cannot_tell_the_costs_apart() -> None:
     with pytest.raises(ValueError, match="differ in events per request"):
         fit([(10.0, 520.0, 1.0), (20.0, 1040.0, 2.0)])
+
+
+def test_idle_cpu_is_milliseconds_of_cpu_per_second_of_wall_time() -> None:
+    assert idle_ms_per_s(1.0, 1.05, 10.0) == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="longer than 0 s"):
+        idle_ms_per_s(1.0, 1.05, 0.0)

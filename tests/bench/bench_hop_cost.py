@@ -9,8 +9,12 @@ several lengths at 50 tok/s, and each hop's CPU time in the window is fitted, by
 squares, as ``per_request x requests + per_event x events``. nginx relays the same engine's
 streams in its own cells for the same fit.
 
+Before any stream, each hop's CPU is also read over ``--idle`` seconds with no traffic: what
+its own polls cost it (the router polls its workers, the gateway its router every 0.5 s here,
+as in ``bench_gateway``; each answers the polls of the hop above it).
+
     .venv/bin/python -m tests.bench.bench_hop_cost [--tokens 4 50 400] [--streams 64]
-        [--duration 3] [--repeats 2]
+        [--duration 3] [--repeats 2] [--idle 10]
 
 Writes ``tests/bench/out/hop_cost.json`` and prints one table; docs/benchmarks.md quotes it
 by hand ("Data path").
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +35,7 @@ from tests.bench._bench import (
     OUT,
     ROOT,
     Service,
+    cpu_seconds,
     pinning_available,
     prepare,
     services,
@@ -38,7 +44,7 @@ from tests.bench._bench import (
 )
 from tests.support.worker_fixtures import fake_model
 
-__all__ = ["fit", "main"]
+__all__ = ["fit", "idle_ms_per_s", "main"]
 
 _HOPS = ("gateway", "router", "worker")
 
@@ -57,7 +63,25 @@ def fit(rows: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
     return (src * see - sec * sre) / det, (srr * sec - sre * src) / det
 
 
-def _cells(args: argparse.Namespace) -> list[dict[str, Any]]:
+def idle_ms_per_s(before: float, after: float, seconds: float) -> float:
+    """CPU milliseconds per second of wall time between two ``cpu_seconds`` readings."""
+    if seconds <= 0:
+        raise ValueError("the idle window must last longer than 0 s")
+    return (after - before) * 1000 / seconds
+
+
+def _idle(pids: dict[str, int], seconds: float) -> dict[str, float]:
+    """Each hop's CPU per second of wall time while nothing but the polls runs."""
+    before = {hop: cpu_seconds([pid]) for hop, pid in pids.items()}
+    start = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - start
+    return {
+        hop: idle_ms_per_s(before[hop], cpu_seconds([pid]), elapsed) for hop, pid in pids.items()
+    }
+
+
+def _cells(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, float]]:
     pinned = pinning_available()
     proxy, client = ({1}, {0}) if pinned else (None, None)
     ns = argparse.Namespace(pinned=pinned, duration=args.duration, warmup=1.0)
@@ -74,6 +98,8 @@ def _cells(args: argparse.Namespace) -> list[dict[str, Any]]:
         gateway = bg._start_gateway(router, client)
         running.append(gateway)
         pids = {"gateway": gateway.proc.pid, "router": router.proc.pid, "worker": worker.proc.pid}
+        idle = _idle(pids, args.idle) if args.idle > 0 else {}
+        print("idle CPU ms/s", idle, flush=True)
         paths = {
             "gateway+router+worker": bs.Path_(
                 "gateway+router+worker", gateway.url, list(pids.values()), engine_pid, "",
@@ -100,7 +126,7 @@ def _cells(args: argparse.Namespace) -> list[dict[str, Any]]:
                 kept = OUT / f"profile-hop-cost-{hop}.txt"
                 (ROOT / profile["file"]).replace(kept)
                 print(hop, kept, profile.get("samples"), flush=True)
-            return cells
+            return cells, idle
         for tokens in args.tokens:
             mode = bs.Mode(f"50 tok/s, {tokens} tokens", False, tokens)
             # Short streams at full concurrency would be a connection storm (64 streams of
@@ -112,7 +138,7 @@ def _cells(args: argparse.Namespace) -> list[dict[str, Any]]:
                 cell.update(tokens=tokens, streams=streams)
                 cells.append(cell)
                 print(name, tokens, streams, cell["hop_cpu_us_per_event"], flush=True)
-    return cells
+    return cells, idle
 
 
 def _requests(cell: dict[str, Any]) -> float:
@@ -155,15 +181,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument(
+        "--idle",
+        type=float,
+        default=10.0,
+        help="seconds of no traffic to read each hop's CPU (0: skip)",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="py-spy each hop on the shortest streams instead"
     )
     args = parser.parse_args(argv)
     prepare()
-    cells = _cells(args)
+    cells, idle = _cells(args)
     if args.profile:
         return 0
-    write_result("hop_cost", {"cells": cells, "args": vars(args)})
+    write_result("hop_cost", {"cells": cells, "idle_cpu_ms_per_s": idle, "args": vars(args)})
     print("\n".join(_table(cells)))
+    if idle:
+        print(
+            "\nidle CPU (polls only), ms per s: "
+            + ", ".join(f"{hop} {ms:.1f}" for hop, ms in idle.items())
+        )
     return 0
 
 
