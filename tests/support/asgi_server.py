@@ -21,17 +21,23 @@ __all__ = ["TcpFront", "serve"]
 
 
 @contextlib.asynccontextmanager
-async def serve(app: ASGIApp, *, lifespan: str = "auto") -> AsyncIterator[int]:
+async def serve(
+    app: ASGIApp, *, lifespan: str = "auto", own_logging: bool = False
+) -> AsyncIterator[int]:
     """Run ``app`` with uvicorn on an ephemeral 127.0.0.1 port in this event loop.
 
     It stops gracefully, so that the app's lifespan shutdown runs (the router's pollers
     end before the test's event loop does); requests still running after a second are
-    cancelled. Apps without startup work may pass ``lifespan="off"``."""
+    cancelled. Apps without startup work may pass ``lifespan="off"``. uvicorn's loggers are
+    silenced, unless ``own_logging``: then uvicorn configures none of them and the test's
+    handlers and levels stay (as ``sie-worker serve`` runs it, ``log_config=None``)."""
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=0,
-        log_level="critical",  # the cancelled requests of a hung test are expected
+        # The cancelled requests of a hung test are expected.
+        log_level=None if own_logging else "critical",
+        log_config=None if own_logging else uvicorn.config.LOGGING_CONFIG,
         ws="none",
         lifespan=lifespan,
         timeout_graceful_shutdown=1,

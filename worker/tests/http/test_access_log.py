@@ -4,17 +4,15 @@ read from the records a real uvicorn server writes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
-import anyio
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from tests.support.asgi_server import serve
 
 from sie_worker.http.access_log import QUIET_PATHS, PollFilter, quiet_polls
 from sie_worker.http.poll import POLLED_PATHS
@@ -60,25 +58,17 @@ def _app() -> Starlette:
     return Starlette(routes=routes)
 
 
-@asynccontextmanager
-async def _serve() -> AsyncIterator[str]:
-    server = uvicorn.Server(
-        uvicorn.Config(_app(), host="127.0.0.1", port=0, log_config=None, ws="none")
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(10):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no started event
-                await anyio.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-        finally:
-            server.should_exit = True
+_GETS = ("/v1/models", "/v1/devices", "/healthz", "/metrics", "/readyz")
+_OTHERS = [
+    "POST /v1/chat/completions HTTP/1.1",
+    "POST /v1/models HTTP/1.1",
+    "GET /v1/models?verbose=1 HTTP/1.1",
+]
 
 
 async def _calls(url: str) -> None:
     async with httpx.AsyncClient(base_url=url, trust_env=False) as client:
-        for path in ("/v1/models", "/v1/devices", "/healthz", "/metrics", "/readyz"):
+        for path in _GETS:
             await client.get(path)
         await client.post("/v1/chat/completions", json={})
         await client.post("/v1/models", json={})
@@ -87,30 +77,21 @@ async def _calls(url: str) -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_successful_polls_and_probes_leave_the_access_log_and_the_rest_stays(
-    anyio_backend: str, access_lines: list[str]
+@pytest.mark.parametrize(
+    ("level", "logged"),
+    [
+        (logging.INFO, ["GET /readyz HTTP/1.1", *_OTHERS]),  # /readyz answers 503 here
+        (logging.DEBUG, [*(f"GET {path} HTTP/1.1" for path in _GETS), *_OTHERS]),
+    ],
+    ids=["info", "debug"],
+)
+async def test_successful_polls_and_probes_leave_the_access_log_below_debug(
+    anyio_backend: str, access_lines: list[str], level: int, logged: list[str]
 ) -> None:
-    quiet_polls(logging.INFO)
-    async with _serve() as url:
-        await _calls(url)
-    requests = [line.split('"')[1] for line in access_lines]
-    assert requests == [
-        "GET /readyz HTTP/1.1",  # answered 503: a failure stays
-        "POST /v1/chat/completions HTTP/1.1",
-        "POST /v1/models HTTP/1.1",
-        "GET /v1/models?verbose=1 HTTP/1.1",
-    ]
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_at_debug_the_access_log_keeps_every_request(
-    anyio_backend: str, access_lines: list[str]
-) -> None:
-    quiet_polls(logging.DEBUG)
-    async with _serve() as url:
-        await _calls(url)
-    assert len(access_lines) == 8
+    quiet_polls(level)
+    async with serve(_app(), lifespan="off", own_logging=True) as port:
+        await _calls(f"http://127.0.0.1:{port}")
+    assert [line.split('"')[1] for line in access_lines] == logged
 
 
 def test_the_filter_is_installed_once_and_leaves_other_records_alone() -> None:
