@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sie_worker.http.poll import PollError
 from sie_worker.router.metrics import RouterMetrics
-from sie_worker.router.policy import Decision, ModelView
+from sie_worker.router.policy import Decision, ModelView, SlotView, record_dispatch, record_served
 from sie_worker.router.settings import RouterSettings
 from sie_worker.router.state import SlotTable, parse_devices, parse_models
 
@@ -127,6 +131,59 @@ def test_outstanding_and_per_model_inflight_follow_dispatch_and_finish() -> None
     t.finished(0, "a", changed=False, served=True)
     view = t.views()[0]
     assert (view.outstanding, view.models["a"].inflight) == (0, 0)
+
+
+_NAMES = st.sampled_from([f"m{i}" for i in range(6)])
+
+
+@given(
+    polled=st.dictionaries(
+        _NAMES,
+        st.builds(
+            ModelView,
+            state=st.sampled_from(["unloaded", "loading", "ready", "failed"]),
+            inflight=st.integers(0, 4),
+        ),
+    ),
+    dispatched=st.lists(st.tuples(_NAMES, st.sampled_from(["ready", "loading", "load"]))),
+    finished=st.lists(st.tuples(st.integers(0, 20), st.booleans(), st.booleans())),
+)
+def test_a_view_counts_the_larger_inflight_of_worker_and_router_for_every_model(
+    polled: dict[str, ModelView],
+    dispatched: list[tuple[str, str]],
+    finished: list[tuple[int, bool, bool]],
+) -> None:
+    t, clock = table(1)
+    t.apply_poll(0, clock(), polled, FREE, True)
+    for model, reason in dispatched:
+        t.dispatched(0, model, reason)
+    for index, changed, served in finished:
+        if index < len(dispatched) and dispatched[index][0]:
+            t.finished(0, dispatched[index][0], changed=changed, served=served)
+            dispatched[index] = ("", "")  # each request ends once
+    state = t.slots[0]
+    # The view as its definition says, built the long way: every model rebuilt.
+    base = state.polled or SlotView(index=0)
+    for _, model, served in state.pending:
+        base = record_served(base, model) if served else record_dispatch(base, model)
+    counts = state.inflight_by_model
+    expected = replace(
+        base,
+        up=state.up,
+        outstanding=state.outstanding,
+        models={
+            name: replace(v, inflight=max(v.inflight, counts.get(name, 0)))
+            for name, v in base.models.items()
+        },
+    )
+    view = state.view()
+    assert view == expected
+    assert list(view.models) == list(expected.models)
+
+
+def test_a_negative_inflight_from_a_worker_reads_as_none() -> None:
+    body = {"data": [{"id": "a", "state": "ready", "inflight": -2}]}
+    assert parse_models(body)["a"].inflight == 0
 
 
 def test_slot_leaves_rotation_after_repeated_poll_failures_and_aborts_its_requests() -> None:

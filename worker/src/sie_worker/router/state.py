@@ -78,10 +78,17 @@ class SlotState:
         base = self.polled or SlotView(index=self.index)
         for _, model, served in self.pending:
             base = record_served(base, model) if served else record_dispatch(base, model)
-        models = {
-            name: replace(v, inflight=max(v.inflight, self.inflight_by_model.get(name, 0)))
-            for name, v in base.models.items()
+        # Each model's in-flight count is the larger of the worker's and the router's. Only
+        # the models the router counts more requests on are rebuilt: a worker lists every
+        # configured model (hundreds, with a catalogue), and this runs per slot per request.
+        polled = base.models
+        counts = self.inflight_by_model
+        raised = {
+            name: replace(v, inflight=n)
+            for name, n in counts.items()
+            if (v := polled.get(name)) is not None and n > v.inflight
         }
+        models = {**polled, **raised} if raised else polled
         return replace(base, up=self.up, outstanding=self.outstanding, models=models)
 
 
@@ -296,7 +303,7 @@ def parse_models(body: Any) -> dict[str, ModelView]:
             width=width,
             pinned=entry.get("pinned") is True,
             last_used=_finite(last_used),
-            inflight=inflight
+            inflight=max(inflight, 0)
             if isinstance(inflight, int) and not isinstance(inflight, bool)
             else 0,
         )
