@@ -16,12 +16,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cluster.netns import NetNamespace
 from tests.support import ports
+from tests.support.engine_fixtures import start_fake_engine
 from tests.support.gateway_fixtures import GatewayProcess, PodProcess
 from tests.support.ports import free_port, listens
 from tests.support.worker_fixtures import WorkerProcess, fake_model
@@ -50,11 +52,11 @@ def squat(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], int]]:
     port = int(server.server_address[1])
     armed: list[bool] = []
 
-    def next_port() -> int:
+    def next_port(host: str = "127.0.0.1") -> int:
         if armed:
             armed.clear()
             return port
-        return free_port()
+        return free_port(host)
 
     def arm() -> int:
         armed.append(True)
@@ -66,6 +68,21 @@ def squat(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], int]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("parser", ["minimal", "sglang"])
+def test_a_fake_engine_whose_port_was_taken_starts_again_on_another(
+    squat: Callable[[], int], tmp_path: Path, parser: str
+) -> None:
+    # The sglang parser's import takes seconds: the squatter answers /health all that time.
+    taken = squat()
+    engine = start_fake_engine(tmp_path, parser=parser, timeout_s=120)  # type: ignore[arg-type]
+    try:
+        assert engine.port != taken
+        assert listens(engine.pid, engine.port)
+        assert engine.info()["parser"] == parser
+    finally:
+        engine.stop()
 
 
 def test_a_worker_whose_port_was_taken_starts_again_on_another(

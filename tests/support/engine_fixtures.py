@@ -28,8 +28,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from tests.support import loopback
-from tests.support.ports import free_port
+from tests.support import loopback, ports
+from tests.support.ports import listens
 
 __all__ = [
     "FAKE_ENGINE_SCRIPT",
@@ -127,7 +127,11 @@ class FakeEngine:
             except httpx.TransportError:
                 pass
             else:
-                if not ready or response.status_code == 200:
+                # Another process may have taken the port while this one was still starting
+                # (SGLang's parser takes seconds to import): its answer is not this engine's,
+                # which will exit with "address already in use" and be started again.
+                mine = listens(self.proc.pid, self.port)
+                if mine and (not ready or response.status_code == 200):
                     return
             time.sleep(0.02)
         raise TimeoutError(f"fake engine on port {self.port} not up after {timeout_s} s")
@@ -154,7 +158,7 @@ def start_fake_engine(
     flags = list(args) if "--model-path" in args else [*_DEFAULT_ARGS, *args]
     full_env = {"FAKE_ENGINE_MAX_LIFETIME_S": _SAFETY_LIFETIME_S, **os.environ, **(env or {})}
     for attempt in range(5):
-        chosen = port if port is not None else free_port(host)
+        chosen = port if port is not None else ports.free_port(host)
         argv = [*flags, "--host", host, "--port", str(chosen)]
         stem = f"fake-engine-{chosen}-{time.monotonic_ns()}"
         stdout_path, stderr_path = log_dir / f"{stem}.out", log_dir / f"{stem}.err"
