@@ -66,7 +66,7 @@ from tests.bench._bench import (
 from tests.bench.fleet_sim import Workload, simulate
 from tests.bench.report import record_section
 from tests.support import loopback
-from tests.support.engine_fixtures import free_port
+from tests.support.ports import free_port
 from tests.support.worker_fixtures import fake_model
 
 __all__ = ["main"]
