@@ -70,17 +70,18 @@ def squat(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], int]]:
         server.server_close()
 
 
-@pytest.mark.parametrize("parser", ["minimal", "sglang"])
 def test_a_fake_engine_whose_port_was_taken_starts_again_on_another(
-    squat: Callable[[], int], tmp_path: Path, parser: str
+    squat: Callable[[], int], tmp_path: Path
 ) -> None:
-    # The sglang parser's import takes seconds: the squatter answers /health all that time.
+    # The squatter answers /health from the start, as another engine did while this one was
+    # still importing SGLang's parser (the minimal parser keeps the test fast: the check is
+    # the same).
     taken = squat()
-    engine = start_fake_engine(tmp_path, parser=parser, timeout_s=120)  # type: ignore[arg-type]
+    engine = start_fake_engine(tmp_path, parser="minimal")
     try:
         assert engine.port != taken
         assert listens(engine.pid, engine.port)
-        assert engine.info()["parser"] == parser
+        assert engine.info()["argv"] == engine.argv
     finally:
         engine.stop()
 
