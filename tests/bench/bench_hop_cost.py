@@ -98,8 +98,7 @@ def _cells(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, fl
         gateway = bg._start_gateway(router, client)
         running.append(gateway)
         pids = {"gateway": gateway.proc.pid, "router": router.proc.pid, "worker": worker.proc.pid}
-        idle = _idle(pids, args.idle) if args.idle > 0 else {}
-        print("idle CPU ms/s", idle, flush=True)
+        idle = _idle(pids, args.idle) if args.idle > 0 and not args.profile else {}
         paths = {
             "gateway+router+worker": bs.Path_(
                 "gateway+router+worker", gateway.url, list(pids.values()), engine_pid, "",

@@ -15,7 +15,6 @@ from starlette.routing import Route
 from tests.support.asgi_server import serve
 
 from sie_worker.http.access_log import QUIET_PATHS, PollFilter, quiet_polls
-from sie_worker.http.poll import POLLED_PATHS
 
 
 class _Lines(logging.Handler):
@@ -105,7 +104,3 @@ def test_the_filter_is_installed_once_and_leaves_other_records_alone() -> None:
         logger.filters[:] = filters
     other = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, "plain %s", ("x",), None)
     assert PollFilter().filter(other)
-
-
-def test_what_a_poll_fetches_is_left_out() -> None:
-    assert set(POLLED_PATHS) <= QUIET_PATHS

@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 from tests.support.proxy_app import EVERY_LOOP
-from tests.support.scripted_engine import HANG, answer_with, scripted_engine
+from tests.support.scripted_engine import HANG, Reply, answer_with, scripted_engine
 
 from sie_worker.http.upstream import Connections, StreamResponse, open_stream
 
@@ -240,8 +240,6 @@ async def test_closed_connections_keep_nothing() -> None:
 
 @pytest.mark.anyio
 async def test_a_spliced_answers_last_bytes_wait_for_rest_and_the_others_go_to_the_sink() -> None:
-    from tests.support.scripted_engine import Reply
-
     head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
     read_first = anyio.Event()
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.bench.bench_slot_decision import view_rebuilding_every_model
 
 from sie_worker.http.poll import PollError
 from sie_worker.router.metrics import RouterMetrics
-from sie_worker.router.policy import Decision, ModelView, SlotView, record_dispatch, record_served
+from sie_worker.router.policy import Decision, ModelView
 from sie_worker.router.settings import RouterSettings
 from sie_worker.router.state import SlotTable, parse_devices, parse_models
 
@@ -163,19 +162,7 @@ def test_a_view_counts_the_larger_inflight_of_worker_and_router_for_every_model(
             dispatched[index] = ("", "")  # each request ends once
     state = t.slots[0]
     # The view as its definition says, built the long way: every model rebuilt.
-    base = state.polled or SlotView(index=0)
-    for _, model, served in state.pending:
-        base = record_served(base, model) if served else record_dispatch(base, model)
-    counts = state.inflight_by_model
-    expected = replace(
-        base,
-        up=state.up,
-        outstanding=state.outstanding,
-        models={
-            name: replace(v, inflight=max(v.inflight, counts.get(name, 0)))
-            for name, v in base.models.items()
-        },
-    )
+    expected = view_rebuilding_every_model(state)
     view = state.view()
     assert view == expected
     assert list(view.models) == list(expected.models)
