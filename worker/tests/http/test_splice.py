@@ -4,7 +4,7 @@ relays it, read back off the socket segment by segment."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 import pytest
@@ -24,15 +24,19 @@ pytestmark = EVERY_LOOP
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
-def _upstream(request: EngineRequest) -> Reply:
-    """One event on its own, then the last one and the end of the body in a single write."""
+def _upstream(first_read: anyio.Event) -> Callable[[EngineRequest], Reply]:
+    """One event on its own, then (once the client has read it) the last one and the end of
+    the body in a single write."""
 
-    async def body() -> AsyncIterator[object]:
-        yield b"8\r\nevent 1\n\r\n"
-        await asyncio.sleep(0.2)  # the first event is relayed long before the last
-        yield b"5\r\nlast\n\r\n0\r\n\r\n"
+    def reply(request: EngineRequest) -> Reply:
+        async def body() -> AsyncIterator[object]:
+            yield b"8\r\nevent 1\n\r\n"
+            await first_read.wait()
+            yield b"5\r\nlast\n\r\n0\r\n\r\n"
 
-    return Reply(body=body(), chunked=False, head=_HEAD)
+        return Reply(body=body(), chunked=False, head=_HEAD)
+
+    return reply
 
 
 class _Relay(Response):
@@ -50,8 +54,9 @@ class _Relay(Response):
         await send({"type": "http.response.body", "body": rest + b"end\n", "more_body": False})
 
 
-async def _segments(port: int) -> list[bytes]:
-    """Every read of one answer's bytes off the client's socket, head included."""
+async def _segments(port: int, first: bytes, first_read: anyio.Event) -> list[bytes]:
+    """Every read of one answer's bytes off the client's socket, head included; sets
+    ``first_read`` once ``first`` has arrived."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"GET /relay HTTP/1.1\r\nHost: t\r\n\r\n")
     segments: list[bytes] = []
@@ -62,6 +67,8 @@ async def _segments(port: int) -> list[bytes]:
                 if not segment:  # the server hung up before the end of the answer
                     break
                 segments.append(segment)
+                if first in b"".join(segments):
+                    first_read.set()
     finally:
         writer.close()
     return segments
@@ -72,15 +79,16 @@ async def _segments(port: int) -> list[bytes]:
 async def test_the_bytes_read_with_the_upstreams_end_leave_with_the_answers_end(
     transform: bool,
 ) -> None:
-    async with scripted_engine(_upstream) as upstream:
+    first, last = (b"EVENT 1\n", b"LAST\n") if transform else (b"event 1\n", b"last\n")
+    first_read = anyio.Event()
+    async with scripted_engine(_upstream(first_read)) as upstream:
 
         async def endpoint(request: Request) -> Response:
             return _Relay(upstream.base_url + "/stream", transform)
 
         app = WiredStarlette(routes=[Route("/relay", endpoint)])
         async with serve(app, lifespan="off") as port:
-            segments = await _segments(port)
-    first, last = (b"EVENT 1\n", b"LAST\n") if transform else (b"event 1\n", b"last\n")
+            segments = await _segments(port, first, first_read)
     # The first event left on its own, from the upstream parser's callback...
     assert any(s.endswith(b"8\r\n" + first + b"\r\n") for s in segments[:-1])
     # ...and the last one, the caller's bytes and the end of the answer in one write.
