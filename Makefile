@@ -9,7 +9,7 @@ VERSION := $(shell cat VERSION)
 
 help:
 	@echo "make run          set up .venv, serve the quickstart model on :8080 (PORT)"
-	@echo "make test         set up .venv and .tools, then run every check (scripts/test)"
+	@echo "make test         set up .venv, .venv-vllm and .tools, then run every check (scripts/test)"
 	@echo "make bench        run every benchmark, rewrite docs/benchmarks.md (~11 min, not a test)"
 	@echo "make soak         the 10-minute soak of the worker; its figures go to docs/benchmarks.md"
 	@echo "make setup        Python environment only (.venv, from requirements/*.txt)"
@@ -26,8 +26,10 @@ run: setup
 # The control plane (the longest build, needed only by the cluster suite) is built by
 # scripts/test beside the pytest step rather than before it: on a fresh machine the two
 # share the cores instead of taking turns.
+# .venv-vllm (downloads, mostly) is made beside the tools' builds (compiles, mostly).
 test: setup
-	scripts/setup-tools --no-cluster
+	scripts/setup-vllm & vllm=$$!; scripts/setup-tools --no-cluster; tools=$$?; \
+	  wait $$vllm && exit $$tools
 	scripts/test --build-cluster
 
 # Benchmarks and the soak are measurements, not pass/fail tests: neither is part of `make test`.

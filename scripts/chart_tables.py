@@ -26,9 +26,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sie_worker.config.option_tables import OptionTable, option_tables
 from sie_worker.config.reserved_flags import RESERVED_DESTS, reserved_flag_problem
 from sie_worker.config.rules import VISIBILITY_VARIABLES
-from sie_worker.config.sglang_options import OptionTable, option_tables
 
 __all__ = ["OUTPUT", "PYTHON_WHITESPACE", "main", "refused_spellings", "render"]
 

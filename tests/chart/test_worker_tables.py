@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from sie_worker.config.jsonpath import json_path
+from sie_worker.config.option_tables import option_tables
 from sie_worker.config.reserved_flags import RESERVED_DESTS, reserved_flag_problem
 from sie_worker.config.rules import VISIBILITY_VARIABLES, rule_problems
-from sie_worker.config.sglang_options import option_tables
 
 from tests.chart._render import CHART, helm
 from tests.support.repo import load_script

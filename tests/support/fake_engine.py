@@ -66,8 +66,13 @@ Startup behaviour, from the environment (tests put these in a profile's ``extra_
 ``FAKE_ENGINE_STDOUT_LINES=N``       N log lines on stdout at startup
 ``FAKE_ENGINE_TOKEN_DELAY_S``        seconds between stream events (e.g. 0.02 for 50 tok/s)
 ``FAKE_ENGINE_IGNORE_SIGTERM=1``     log and ignore SIGTERM (to test SIGKILL escalation)
-``FAKE_ENGINE_CHILDREN=N``           start N rank processes in the engine's process group; they
-                                     die with a graceful stop or a crash, not with SIGKILL
+``FAKE_ENGINE_CHILDREN=N``           start N rank processes in the engine's process group, titled
+                                     as SGLang's (``sglang::scheduler_TP<i>``); they die with a
+                                     graceful stop or a crash, not with SIGKILL
+``FAKE_ENGINE_SHM=1``                each rank shares a file of its own in /dev/shm with the engine
+                                     (``fake_engine_<engine pid>_<rank>``, mapped by both before
+                                     the engine listens) and never unlinks it, as a real engine
+                                     killed by a signal leaves its shared memory
 ``FAKE_ENGINE_EMBEDDING_DIM``        embedding width (default 16)
 ``FAKE_ENGINE_CHECK_MASK=0``         accept a device mask narrower than ``--tp-size``
 ``FAKE_ENGINE_MAX_LIFETIME_S``       exit 0 after this long (safety net against orphans)
@@ -112,6 +117,7 @@ import hashlib
 import importlib
 import json
 import math
+import mmap
 import os
 import signal
 import socket
@@ -217,6 +223,7 @@ class Knobs:
     token_delay_s: float = 0.0
     ignore_sigterm: bool = False
     children: int = 0
+    shared_memory: bool = False
     embedding_dim: int = 16
     check_mask: bool = True
     max_lifetime_s: float | None = None
@@ -243,12 +250,13 @@ class Knobs:
             never_ready=_env_bool(env, "FAKE_ENGINE_NEVER_READY"),
             exit_at_start=_env_int(env, "FAKE_ENGINE_EXIT_AT_START", maximum=255),
             crash_after_s=_env_float(env, "FAKE_ENGINE_CRASH_AFTER_S"),
-            crash_code=_env_int(env, "FAKE_ENGINE_CRASH_CODE", maximum=255) or 1,
+            crash_code=_crash_code(env),
             stderr_lines=_env_int(env, "FAKE_ENGINE_STDERR_LINES") or 0,
             stdout_lines=_env_int(env, "FAKE_ENGINE_STDOUT_LINES") or 0,
             token_delay_s=_env_float(env, "FAKE_ENGINE_TOKEN_DELAY_S") or 0.0,
             ignore_sigterm=_env_bool(env, "FAKE_ENGINE_IGNORE_SIGTERM"),
             children=_env_int(env, "FAKE_ENGINE_CHILDREN", maximum=64) or 0,
+            shared_memory=_env_bool(env, "FAKE_ENGINE_SHM"),
             embedding_dim=dim or 16,
             check_mask=not env.get("FAKE_ENGINE_CHECK_MASK")
             or _env_bool(env, "FAKE_ENGINE_CHECK_MASK"),
@@ -260,8 +268,16 @@ class Knobs:
         )
 
 
+def _crash_code(env: Mapping[str, str]) -> int:
+    code = _env_int(env, "FAKE_ENGINE_CRASH_CODE", maximum=255)
+    return 1 if code is None else code  # 0 too: an exit the worker did not ask for
+
+
 def _recorded_env(env: Mapping[str, str]) -> dict[str, str | None]:
-    recorded: dict[str, str | None] = {"CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES")}
+    recorded: dict[str, str | None] = {
+        "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES"),
+        "TMPDIR": env.get("TMPDIR"),  # the engine's scratch folder, from the launcher
+    }
     for name, value in sorted(env.items()):
         if name.startswith(_ENV_PREFIXES) or name.upper().endswith("_VISIBLE_DEVICES"):
             secret = any(marker in name.upper() for marker in _SECRET_MARKERS)
@@ -636,6 +652,7 @@ class _Engine:
         self.recent_ids: deque[str] = deque(maxlen=100)
         self.adapters: deque[str | None] = deque(maxlen=100)  # each request's LoRA adapter
         self.children: list[subprocess.Popen[bytes]] = []
+        self.shared: list[mmap.mmap] = []  # FAKE_ENGINE_SHM: the ranks' files, mapped here too
         self.connections: set[asyncio.StreamWriter] = set()
         self.created = int(time.time())
         self.metrics = _SglangMetrics(args.served_model_name, knobs)
@@ -1013,15 +1030,29 @@ class _Engine:
     def start_children(self) -> None:
         # Rank processes: same process group, survive the engine's own SIGKILL (orphans).
         code = (
-            "import signal, sys, time\n"
+            "import mmap, signal, sys, time\n"
             "if sys.argv[1] == '1': signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "if sys.argv[3]:\n"
+            "    f = open(sys.argv[3], 'w+b'); f.truncate(4096)\n"
+            "    shared = mmap.mmap(f.fileno(), 4096)\n"
             "time.sleep(float(sys.argv[2]))\n"
         )
         ignore = "1" if self.knobs.ignore_sigterm else "0"
         lifetime = str(self.knobs.max_lifetime_s or 10**9)
-        for _ in range(self.knobs.children):
+        for rank in range(self.knobs.children):
+            # argv[0] is the title SGLang's setproctitle gives its rank processes.
+            title = f"sglang::scheduler_TP{rank}"
+            shm = f"/dev/shm/fake_engine_{os.getpid()}_{rank}" if self.knobs.shared_memory else ""
+            if shm:
+                with open(shm, "w+b") as file:
+                    file.truncate(4096)
+                    self.shared.append(mmap.mmap(file.fileno(), 4096))
             self.children.append(
-                subprocess.Popen([sys.executable, "-c", code, ignore, lifetime], close_fds=True)
+                subprocess.Popen(
+                    [title, "-c", code, ignore, lifetime, shm],
+                    executable=sys.executable,
+                    close_fds=True,
+                )
             )
 
     def stop_children(self, sig: signal.Signals) -> None:

@@ -56,8 +56,11 @@ _CORPUS = [
 ] * 4
 
 
-def build_tiny_llama(dst: Path, *, seed: int = 0) -> Path:
-    """Write a tiny random Llama (config, safetensors, tokenizer, chat template) to ``dst``."""
+def build_tiny_llama(dst: Path, *, seed: int = 0, head_dim: int = 16) -> Path:
+    """Write a tiny random Llama (config, safetensors, tokenizer, chat template) to ``dst``.
+
+    ``head_dim`` sets the width of each attention head (hidden size = 4 heads x head_dim):
+    vLLM's CPU attention needs at least 32."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -90,8 +93,8 @@ def build_tiny_llama(dst: Path, *, seed: int = 0) -> Path:
 
     config = LlamaConfig(
         vocab_size=bpe.get_vocab_size(),
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=TINY_LLAMA_HEADS * head_dim,
+        intermediate_size=2 * TINY_LLAMA_HEADS * head_dim,
         num_hidden_layers=2,
         num_attention_heads=TINY_LLAMA_HEADS,
         num_key_value_heads=TINY_LLAMA_KV_HEADS,

@@ -110,7 +110,8 @@ class WorkerProcess:
 
     def client(self, **kwargs: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return loopback.client(base_url=self.url, headers=headers, timeout=60.0, **kwargs)
+        kwargs.setdefault("timeout", 60.0)
+        return loopback.client(base_url=self.url, headers=headers, **kwargs)
 
     def get(self, path: str) -> Any:
         with self.client() as client:

@@ -51,7 +51,7 @@ def test_defaults_without_environment() -> None:
     assert settings.sglang_command is None
     assert settings.config_api == "read-write"
     assert settings.weights_download == "worker"  # the worker fetches hub weights itself
-    assert not settings.has_sglang_bundle
+    assert settings.engine == "transformers"
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,31 @@
-"""Parse ``SIE_DEVICES`` into the worker's ordered device list.
+"""Parse ``SIE_DEVICES`` into the worker's ordered device list, and give cpu devices their
+cores.
 
-Pure: callers pass the raw value and whether a GPU is visible.
+CPU devices are core sets: ``cpu:0..cpu:N-1`` split the container's CPUs (its affinity,
+sorted) into N contiguous sets of equal size, in the order the devices are listed (cores
+left over by an uneven split belong to no device; with more devices than CPUs, each device
+gets one core and neighbours share it); ``cpu`` alone is all of them. An engine on a block of
+cpu devices runs on their cores.
+
+Pure: callers pass the raw value, whether a GPU is visible, and the container's CPUs.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["DeviceError", "cuda_mask", "default_devices", "gpu_visible", "parse_devices"]
+__all__ = [
+    "DeviceError",
+    "core_list",
+    "core_sets",
+    "cuda_mask",
+    "default_devices",
+    "gpu_visible",
+    "parse_devices",
+]
 
 _DEVICE = re.compile(r"^(cuda|cpu)(?::(\d+))?$")
 
@@ -73,3 +89,39 @@ def cuda_mask(devices: tuple[str, ...] | list[str]) -> str:
     """``CUDA_VISIBLE_DEVICES`` for a block: cuda:2,cuda:3 -> ``2,3``; CPU slots hide every GPU."""
     indices = [d.split(":", 1)[1] for d in devices if d.startswith("cuda:")]
     return ",".join(indices)
+
+
+def core_sets(devices: tuple[str, ...], cpus: Iterable[int]) -> tuple[tuple[int, ...], ...]:
+    """The cores of each device (``()`` for a cuda device, and for all when ``cpus`` is
+    empty): see the module docstring."""
+    available = sorted(set(cpus))
+    cpu_devices = [d for d in devices if d.startswith("cpu")]
+    if not cpu_devices or not available:
+        return tuple(() for _ in devices)
+    if cpu_devices == ["cpu"]:
+        return tuple(tuple(available) if d == "cpu" else () for d in devices)
+    count, size = len(cpu_devices), len(available) // len(cpu_devices)
+    sets = {
+        device: (
+            tuple(available[i * size : (i + 1) * size])
+            if size
+            else (available[i * len(available) // count],)
+        )
+        for i, device in enumerate(cpu_devices)
+    }
+    return tuple(sets.get(d, ()) for d in devices)
+
+
+def core_list(cores: Iterable[int]) -> str:
+    """``0-3,6`` for cores 0, 1, 2, 3 and 6 (the form taskset and vLLM read)."""
+    ordered = sorted(set(cores))
+    parts: list[str] = []
+    start = previous = None
+    for core in [*ordered, None]:
+        if core is not None and previous is not None and core == previous + 1:
+            previous = core
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = core
+    return ",".join(parts)

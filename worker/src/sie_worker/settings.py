@@ -4,13 +4,16 @@ and its refusal (the README's variable table lists them)."""
 from __future__ import annotations
 
 import math
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from sie_worker.devices import DeviceError, gpu_visible, parse_devices
+from sie_server.adapters.base import EngineKind
+from sie_worker.config.engine_families import bundle_engine
+from sie_worker.devices import DeviceError, core_sets, gpu_visible, parse_devices
 from sie_worker.sizing.gpus import GpuError, parse_memory
 from sie_worker.worker.placement.allocator import STRATEGIES, Strategy
 
@@ -29,7 +32,6 @@ _CONFIG_API_MODES: tuple[ConfigApiMode, ...] = ("read-write", "read-only", "disa
 # the engine itself from hf_id (ModelScope, custom loaders).
 WeightsDownload = Literal["worker", "engine"]
 _WEIGHTS_DOWNLOADS: tuple[WeightsDownload, ...] = ("worker", "engine")
-_BUNDLES_WITHOUT_SGLANG = ("default",)
 
 
 class SettingsError(ValueError):
@@ -39,11 +41,14 @@ class SettingsError(ValueError):
 @dataclass(frozen=True)
 class Settings:
     devices: tuple[str, ...] = ("cpu",)
+    # The cores of each device (devices.core_sets); () for cuda devices, and when unknown.
+    device_cores: tuple[tuple[int, ...], ...] = ()
     bundle: str = "default"
     model_ready_timeout_s: float | None = None
     generate_read_timeout_s: float | None = None
     api_key: str | None = None
     sglang_command: tuple[str, ...] | None = None
+    vllm_command: tuple[str, ...] | None = None
     pinned_models: tuple[str, ...] = ()
     liveness_budget_s: float | None = None
     config_dir: Path | None = None
@@ -62,9 +67,18 @@ class Settings:
     port: int = 8080
     extra: Mapping[str, str] = field(default_factory=dict)
 
+    def cores_of(self, devices: tuple[str, ...]) -> tuple[tuple[int, ...], ...] | None:
+        """The cores of each of ``devices`` when they are cpu devices with known cores."""
+        if not self.device_cores or not all(d.startswith("cpu") for d in devices):
+            return None
+        cores = dict(zip(self.devices, self.device_cores, strict=True))
+        found = tuple(cores.get(d, ()) for d in devices)
+        return found if all(found) else None
+
     @property
-    def has_sglang_bundle(self) -> bool:
-        return self.bundle not in _BUNDLES_WITHOUT_SGLANG
+    def engine(self) -> EngineKind:
+        """The engine of the worker's bundle: the one a profile without ``adapter_path`` runs."""
+        return bundle_engine(self.bundle)
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -76,9 +90,9 @@ class Settings:
             devices = parse_devices(
                 env.get("SIE_DEVICES"), gpu_visible=gpu_visible() if gpu is None else gpu
             )
+            cores = core_sets(devices, os.sched_getaffinity(0))
         except DeviceError as exc:
             raise SettingsError(str(exc)) from exc
-        command = env.get("SIE_SGLANG_COMMAND", "").strip()
         mode = env.get("SIE_CONFIG_API", "read-write").strip().lower() or "read-write"
         if mode not in _CONFIG_API_MODES:
             raise SettingsError(
@@ -97,11 +111,13 @@ class Settings:
             )
         return cls(
             devices=devices,
+            device_cores=cores,
             bundle=env.get("SIE_BUNDLE", "default").strip() or "default",
             model_ready_timeout_s=env_seconds(env, "SIE_MODEL_READY_TIMEOUT_S"),
             generate_read_timeout_s=env_seconds(env, "SIE_SGLANG_GENERATE_READ_TIMEOUT_S"),
             api_key=env.get("SIE_API_KEY") or None,
-            sglang_command=tuple(shlex.split(command)) if command else None,
+            sglang_command=_command(env, "SIE_SGLANG_COMMAND"),
+            vllm_command=_command(env, "SIE_VLLM_COMMAND"),
             pinned_models=tuple(
                 dict.fromkeys(
                     m.strip() for m in env.get("SIE_PINNED_MODELS", "").split(",") if m.strip()
@@ -118,6 +134,17 @@ class Settings:
             memory_pressure_threshold_percent=_threshold(env),
             placement_strategy=strategy,
         )
+
+
+def _command(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
+    """A command prefix, split like a shell line (``numactl -N 0 python -m ...``)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc} (split like a shell line)") from None
 
 
 def _memory_budget(env: Mapping[str, str]) -> int | None:

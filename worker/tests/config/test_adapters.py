@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sie_server.adapters.base import Adapter
+from sie_server.adapters.base import Adapter, EngineKind
 from sie_server.adapters.transformers import SieTransformersAdapter
 from sie_worker.config.adapters import (
     CHAT,
@@ -19,9 +19,12 @@ from sie_worker.config.adapters import (
     IMAGE_BUNDLES,
     KNOWN_ADAPTERS,
     LEGACY_PATHS,
+    OWN_ADAPTERS,
     SIE_TRANSFORMERS_ADAPTERS,
     STRICT_THINKING,
     TRANSFORMERS,
+    VLLM_EMBEDDING,
+    VLLM_GENERATION,
     NotServedHere,
     UnknownAdapter,
     adapter_problem,
@@ -43,7 +46,7 @@ def test_public_adapter_paths_resolve_to_their_class(path: str) -> None:
     assert adapter_problem(path) is None
 
 
-@pytest.mark.parametrize("path", [p for p in KNOWN_ADAPTERS if p != CHAT and p != TRANSFORMERS])
+@pytest.mark.parametrize("path", [p for p in KNOWN_ADAPTERS if p not in OWN_ADAPTERS])
 def test_every_adapter_this_image_runs_under_an_sie_path_is_one_sie_defines(path: str) -> None:
     assert path in sie_adapters(), f"{path} is not an adapter path of SIE {sie_version()}"
 
@@ -94,7 +97,9 @@ def test_cu130_adapters_run_only_on_a_bundle_with_sglang_0_5_20_or_later() -> No
     for path in (GENERATION, EMBEDDING, CHAT):
         assert serving_bundles(resolve_adapter(path)) == ("sglang", "sglang-cu130")
     assert serving_bundles(resolve_adapter(TRANSFORMERS)) == ("default",)
-    assert IMAGE_BUNDLES == ("default", "sglang", "sglang-cu130")
+    for path in (VLLM_GENERATION, VLLM_EMBEDDING):
+        assert serving_bundles(resolve_adapter(path)) == ("vllm",)
+    assert IMAGE_BUNDLES == ("default", "sglang", "sglang-cu130", "vllm")
 
 
 @pytest.mark.parametrize("path", SIE_TRANSFORMERS_ADAPTERS)
@@ -192,16 +197,19 @@ def test_refused_paths_import_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("sglang", "tasks", "expected"),
+    ("engine", "tasks", "expected"),
     [
-        (False, {"generate": {}}, TRANSFORMERS),
-        (False, {"encode": {}}, TRANSFORMERS),
-        (True, {"generate": {}}, GENERATION),
-        (True, {"encode": {}}, EMBEDDING),
-        (True, {"encode": {}, "generate": {}}, GENERATION),
+        ("transformers", {"generate": {}}, TRANSFORMERS),
+        ("transformers", {"encode": {}}, TRANSFORMERS),
+        ("sglang", {"generate": {}}, GENERATION),
+        ("sglang", {"encode": {}}, EMBEDDING),
+        ("sglang", {"encode": {}, "generate": {}}, GENERATION),
+        ("vllm", {"generate": {}}, VLLM_GENERATION),
+        ("vllm", {"encode": {}}, VLLM_EMBEDDING),
+        ("vllm", {"encode": {}, "generate": {}}, VLLM_GENERATION),
     ],
 )
 def test_default_adapter_depends_on_the_bundle_and_tasks(
-    sglang: bool, tasks: dict[str, object], expected: str
+    engine: EngineKind, tasks: dict[str, object], expected: str
 ) -> None:
-    assert default_adapter_path(sglang, tasks) == expected
+    assert default_adapter_path(engine, tasks) == expected

@@ -210,7 +210,7 @@ def test_transformers_adapter_refuses_tensor_parallel_size() -> None:
         served({"tensor_parallel_size": 1}, adapter=TRANSFORMERS, tasks={"encode": {}})
     )
     assert found[f"{LOADTIME}.tensor_parallel_size"].startswith(
-        "TransformersAdapter runs on one device; only the SGLang adapters accept "
+        "TransformersAdapter runs on one device; only the SGLang and vLLM adapters accept "
         "tensor_parallel_size"
     )
 

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sie_worker.config import reserved_flags, sglang_options
+from sie_worker.config import option_tables, reserved_flags
 from sie_worker.config.sglang_release import BUNDLE_VERSIONS, PINNED_VERSION
 
-TABLES = sglang_options.option_tables()
+TABLES = option_tables.option_tables()
 
 
-def _strings(table: sglang_options.OptionTable, *, reserved: bool) -> list[str]:
+def _strings(table: option_tables.OptionTable, *, reserved: bool) -> list[str]:
     return sorted(
         s for s, d in table.options.items() if (d in reserved_flags.RESERVED_DESTS) == reserved
     )
@@ -51,7 +51,7 @@ def test_tables_ship_for_the_pinned_releases() -> None:
 @pytest.mark.parametrize("table", TABLES, ids=lambda t: t.version)
 @pytest.mark.parametrize("flag", SEED_FLAGS)
 def test_every_release_knows_every_seed_flag_under_a_reserved_dest(
-    table: sglang_options.OptionTable, flag: str
+    table: option_tables.OptionTable, flag: str
 ) -> None:
     # 0.5.10.post1 stores --tp-size as tensor_parallel_size, 0.5.23 as tp_size.
     assert table.options[flag] in reserved_flags.RESERVED_DESTS
@@ -59,10 +59,10 @@ def test_every_release_knows_every_seed_flag_under_a_reserved_dest(
 
 
 def test_a_token_is_refused_when_any_shipped_table_reads_it_as_reserved() -> None:
-    newer = sglang_options.OptionTable(
+    newer = option_tables.OptionTable(
         "9.0.0", {"--tp-size": "tp_size", "--dist-timeout": "dist_timeout"}
     )
-    older = sglang_options.OptionTable(
+    older = option_tables.OptionTable(
         "8.0.0",
         {"--tp-size": "tensor_parallel_size", "--dist-init-addr": "dist_init_addr"},
     )
@@ -151,10 +151,10 @@ def test_problems_carry_the_index_of_each_reserved_token() -> None:
 
 
 def test_disable_cuda_graph_is_found_in_any_spelling_sglang_accepts() -> None:
-    assert sglang_options.disables_cuda_graph(["--disable-cuda-graph"])
-    assert sglang_options.disables_cuda_graph(["--log-level", "info", "--disable-cuda-graph"])
-    assert not sglang_options.disables_cuda_graph(["--disable-cuda-graph-padding"])
-    assert not sglang_options.disables_cuda_graph(["--disable-prefill-cuda-graph"])
+    assert option_tables.disables_cuda_graph(["--disable-cuda-graph"])
+    assert option_tables.disables_cuda_graph(["--log-level", "info", "--disable-cuda-graph"])
+    assert not option_tables.disables_cuda_graph(["--disable-cuda-graph-padding"])
+    assert not option_tables.disables_cuda_graph(["--disable-prefill-cuda-graph"])
 
 
 def test_without_a_table_any_prefix_of_a_reserved_flag_is_refused() -> None:
@@ -182,7 +182,7 @@ _tables = pytest.mark.parametrize("table", TABLES, ids=lambda t: t.version)
 @settings(max_examples=300)
 @given(data=st.data(), value=_values)
 def test_any_prefix_of_a_reserved_flag_is_refused_unless_it_is_another_option(
-    table: sglang_options.OptionTable, data: st.DataObject, value: str | None
+    table: option_tables.OptionTable, data: st.DataObject, value: str | None
 ) -> None:
     prefix = data.draw(_prefixes(_strings(table, reserved=True)))
     token = prefix if value is None else f"{prefix}={value}"
@@ -197,7 +197,7 @@ def test_any_prefix_of_a_reserved_flag_is_refused_unless_it_is_another_option(
 @settings(max_examples=300)
 @given(data=st.data(), value=_values)
 def test_a_non_reserved_option_spelled_out_is_allowed(
-    table: sglang_options.OptionTable, data: st.DataObject, value: str | None
+    table: option_tables.OptionTable, data: st.DataObject, value: str | None
 ) -> None:
     option = data.draw(st.sampled_from(_strings(table, reserved=False)))
     token = option if value is None else f"{option}={value}"
@@ -208,11 +208,11 @@ def test_a_non_reserved_option_spelled_out_is_allowed(
 @settings(max_examples=300)
 @given(data=st.data(), value=_values)
 def test_a_unique_prefix_resolves_to_the_one_option_it_starts(
-    table: sglang_options.OptionTable, data: st.DataObject, value: str | None
+    table: option_tables.OptionTable, data: st.DataObject, value: str | None
 ) -> None:
     prefix = data.draw(_prefixes(sorted(table.options)))
     token = prefix if value is None else f"{prefix}={value}"
-    match = sglang_options.resolve(token, table)
+    match = option_tables.resolve(token, table)
     starting = [s for s in table.options if s.startswith(prefix)]
     if prefix in table.options:
         assert match.dest == table.options[prefix]

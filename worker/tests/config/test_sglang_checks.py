@@ -10,9 +10,9 @@ import pytest
 from sie_worker.config.load_options import LoadOptions
 from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import served_model
+from sie_worker.config.option_tables import table_for
 from sie_worker.config.reader import parse_config
 from sie_worker.config.sglang_checks import mamba_strategy
-from sie_worker.config.sglang_options import table_for
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
 

@@ -21,6 +21,7 @@ from sie_worker.config.adapters import (
     STRICT_THINKING,
     resolve_adapter,
 )
+from sie_worker.config.option_tables import option_tables, table_for
 from sie_worker.config.sglang_flags import (
     FAMILIES,
     SGLANG_OPTIONS,
@@ -31,7 +32,6 @@ from sie_worker.config.sglang_flags import (
     options_for,
     speculative_args,
 )
-from sie_worker.config.sglang_options import option_tables, table_for
 
 RELEASES = [Release(t.version, f"bundle-of-{t.version}", t) for t in option_tables()]
 NEW, OLD = (table_for("0.5.23"), table_for("0.5.10.post1"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sie_worker.config.sglang_options import flag_value, option_tables, table_for
+from sie_worker.config.option_tables import flag_value, option_tables, table_for
 
 TABLE = table_for("0.5.23")
 

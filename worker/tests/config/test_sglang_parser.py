@@ -1,5 +1,5 @@
 """SGLang's own argument parser accepts every argv the worker builds, and resolves flags the
-way :mod:`sie_worker.config.sglang_options` says it does.
+way :mod:`sie_worker.config.option_tables` says it does.
 
 Each bundle's argvs meet the parser of the release that bundle runs: ``default`` and
 ``sglang-cu130`` the venv's SGLang 0.5.23, ``sglang`` SGLang 0.5.10.post1 from the ``--no-deps``
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from sie_worker.config import reserved_flags, sglang_options
+from sie_worker.config import option_tables, reserved_flags
 from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import served_models
 from sie_worker.config.reader import parse_config
@@ -434,10 +434,10 @@ def test_cuda_graphs_are_off_entirely_when_disable_cuda_graph_is_set(
 
 
 def test_flag_resolution_matches_sglang_argparse_for_every_prefix(release: dict[str, Any]) -> None:
-    table = sglang_options.OptionTable(release["version"], release["table"]["options"])
+    table = option_tables.OptionTable(release["version"], release["table"]["options"])
     mismatches = []
     for token, oracle in zip(release["tokens"], release["tokens_result"], strict=True):
-        match = sglang_options.resolve(token, table)
+        match = option_tables.resolve(token, table)
         if oracle.get("ambiguous"):
             ok = match.ambiguous
         elif "dest" in oracle:
@@ -450,13 +450,13 @@ def test_flag_resolution_matches_sglang_argparse_for_every_prefix(release: dict[
 
 
 def test_reserved_refusal_matches_what_sglang_would_set(release: dict[str, Any]) -> None:
-    table = sglang_options.OptionTable(release["version"], release["table"]["options"])
+    table = option_tables.OptionTable(release["version"], release["table"]["options"])
     for token, oracle in zip(release["tokens"], release["tokens_result"], strict=True):
         refused = reserved_flags.reserved_flag_problem(token, [table]) is not None
         if "dest" in oracle:
             assert refused == (oracle["dest"] in reserved_flags.RESERVED_DESTS), token
         elif oracle.get("ambiguous"):
-            candidates = sglang_options.resolve(token, table).dests
+            candidates = option_tables.resolve(token, table).dests
             assert refused == any(d in reserved_flags.RESERVED_DESTS for d in candidates), token
         else:
             assert not refused, token

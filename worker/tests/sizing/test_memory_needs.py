@@ -10,10 +10,13 @@ from hypothesis import strategies as st
 
 from sie_worker.sizing.memory_needs import (
     GIB,
+    EngineShare,
     NoRoomAtStart,
     cuda_cap,
+    engine_share,
     memory_need,
     sglang_fraction,
+    vllm_cpu_kv_gib,
 )
 
 
@@ -70,3 +73,87 @@ def test_an_engine_never_takes_more_than_it_was_reserved(
 def test_the_default_engine_caps_cuda_at_its_need() -> None:
     assert cuda_cap(13 * GIB, 80 * GIB) == 0.162
     assert cuda_cap(90 * GIB, 80 * GIB) == 1.0
+
+
+# --- vLLM: a share of the total ---------------------------------------------------------------
+
+
+def test_vllm_needs_its_utilization_of_the_devices_total() -> None:
+    assert memory_need("vllm", 80 * GIB, mem_fraction=0.5) == 40 * GIB
+    assert memory_need("vllm", 80 * GIB) == math.ceil(0.9 * 80 * GIB)  # vLLM's default 0.9
+    assert memory_need("vllm", None) is None
+
+
+def test_vllm_is_told_its_declared_utilization_unchanged_by_what_others_use() -> None:
+    share = engine_share(
+        "vllm",
+        on_cuda=True,
+        need=40 * GIB,
+        totals=[80 * GIB, 80 * GIB],
+        frees=[45 * GIB, 60 * GIB],
+        declared={"gpu_memory_utilization": 0.5},
+    )
+    assert share == EngineShare(0.5, None)
+    default = engine_share(
+        "vllm", on_cuda=True, need=0, totals=[80 * GIB], frees=[80 * GIB], declared={}
+    )
+    assert default.fraction == 0.9
+
+
+def test_vllm_does_not_start_where_less_than_its_share_is_free() -> None:
+    with pytest.raises(NoRoomAtStart) as refused:
+        engine_share(
+            "vllm",
+            on_cuda=True,
+            need=40 * GIB,
+            totals=[80 * GIB, 80 * GIB],
+            frees=[80 * GIB, 39 * GIB],
+            declared={"gpu_memory_utilization": 0.5},
+        )
+    assert (refused.value.wanted, refused.value.free) == (40 * GIB, 39 * GIB)
+
+
+def test_vllm_on_cpu_devices_gets_its_share_less_its_weights_as_kv_cache() -> None:
+    share = engine_share(
+        "vllm",
+        on_cuda=False,
+        need=0,
+        totals=[12 * GIB, 12 * GIB],
+        frees=[12 * GIB, 12 * GIB],
+        declared={"gpu_memory_utilization": 0.5},
+        weights_bytes=4 * GIB,  # 2 GiB per rank
+    )
+    assert share == EngineShare(0.5, 4)  # 6 GiB share - 2 GiB of weights
+    assert vllm_cpu_kv_gib(12 * GIB, 0.1, None, 2) == 1  # 1.2 GiB: whole GiB
+    assert vllm_cpu_kv_gib(12 * GIB, 0.01, 10 * GIB, 1) == 1  # never below 1
+
+
+@given(
+    st.integers(min_value=GIB, max_value=2048 * GIB),
+    st.floats(min_value=0.01, max_value=0.99),
+    st.integers(min_value=0, max_value=512 * GIB),
+    st.integers(min_value=1, max_value=8),
+)
+def test_vllms_cpu_kv_cache_fits_its_share_and_is_at_least_one_gib(
+    total: int, fraction: float, weights: int, width: int
+) -> None:
+    kv = vllm_cpu_kv_gib(total, fraction, weights, width)
+    assert kv >= 1
+    assert kv == 1 or kv * GIB + weights / width <= fraction * total
+
+
+def test_sglang_and_the_default_engine_shares_are_unchanged_by_engine_share() -> None:
+    sglang = engine_share(
+        "sglang", on_cuda=True, need=0, totals=[80 * GIB], frees=[40 * GIB],
+        declared={"mem_fraction_static": 0.4},
+    )  # fmt: skip
+    assert sglang == EngineShare(sglang_fraction(80 * GIB, 40 * GIB, 0.4))
+    default = engine_share(
+        "transformers", on_cuda=True, need=13 * GIB, totals=[80 * GIB], frees=[80 * GIB],
+        declared={},
+    )  # fmt: skip
+    assert default == EngineShare(cuda_cap(13 * GIB, 80 * GIB))
+    on_cpu = engine_share(
+        "transformers", on_cuda=False, need=GIB, totals=[8 * GIB], frees=[8 * GIB], declared={}
+    )
+    assert on_cpu == EngineShare(None)

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 __all__ = ["Adapter", "EngineKind", "Task"]
 
-EngineKind = Literal["sglang", "transformers"]
+EngineKind = Literal["sglang", "vllm", "transformers"]
 Task = Literal["generate", "encode", "score"]
 
 

@@ -1,13 +1,15 @@
 """``sie-worker plan FILE [--devices LIST] [--profile NAME]``: what a load would do.
 
-Prints ``{"model", "width", "devices", "argv", "env", "memory_bytes"}`` as JSON, built by the
-same ``resolve_load_options`` and ``plan_launch`` the worker uses, for an empty worker with
-``--devices`` (else ``SIE_DEVICES``) and the bundle ``SIE_BUNDLE`` names (its SGLang
-release's flag spellings): the model goes on the first block of its width, with real free
-ports. ``env`` is the delta over the worker's environment. ``memory_bytes`` is what the model
-reserves on each of its devices (null where device memory is unknown: set
+Prints ``{"model", "width", "devices", "argv", "env", "memory_bytes"}`` (and ``cores``) as
+JSON, built by the same ``resolve_load_options`` and ``plan_launch`` the worker uses, for an
+empty worker with ``--devices`` (else ``SIE_DEVICES``) and the bundle ``SIE_BUNDLE`` names
+(its engine release's flag spellings: SGLang's, or vLLM's on the ``vllm`` bundle): the model
+goes on the first block of its width, with real free ports. ``env`` is the delta over the
+worker's environment; on cpu devices ``cores`` lists the cores the engine runs on. ``memory_bytes``
+is what the model reserves on each of its devices (null where device memory is unknown: set
 ``SIE_FAKE_MEMORY_BUDGET``, e.g. 80GiB, to plan for a GPU of that size); with it known, the
-engine's share (``--mem-fraction-static``; the default engine's ``--cuda-memory-fraction``)
+engine's share (SGLang's ``--mem-fraction-static``, vLLM's ``--gpu-memory-utilization`` and,
+on cpu devices, ``VLLM_CPU_KVCACHE_SPACE``; the default engine's ``--cuda-memory-fraction``)
 is the one it gets on an empty device. Starts nothing.
 A model whose weights come from the hub runs from its snapshot folder in the Hugging Face
 cache (``--model-path``) when the snapshot is complete there; otherwise the plan shows the
@@ -29,6 +31,7 @@ from typing import Any
 
 from sie_worker.commands.validate import settings_for
 from sie_worker.config.adapters import serving_bundles
+from sie_worker.config.engine_families import family_of
 from sie_worker.config.load_options import adapter_of
 from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import DEFAULT_PROFILE, served_model
@@ -37,12 +40,13 @@ from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import SettingsError
 from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
 from sie_worker.sizing.gpus import GpuError
-from sie_worker.sizing.memory_needs import cuda_cap, sglang_fraction
+from sie_worker.sizing.memory_needs import engine_share
 from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.plan import plan_launch
 from sie_worker.worker.placement.claims import need_of
 from sie_worker.worker.placement.memory import device_memory
 from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, cached_snapshot
+from sie_worker.worker.weights.on_disk import weight_bytes
 
 __all__ = ["register", "run"]
 
@@ -98,38 +102,47 @@ def run(args: argparse.Namespace) -> int:
             )
     devices = settings.devices[: options.width]
     adapter = adapter_of(served, settings)
-    sglang = adapter.engine == "sglang"
+    family = family_of(adapter.engine)
     warnings = list(options.warnings)
     if settings.bundle not in serving_bundles(adapter):
-        release = f" with SGLang {options.sglang_version}'s flags" if sglang else ""
+        version = options.sglang_version or options.vllm_version
+        release = f" with {family.label} {version}'s flags" if version else ""
         warnings.append(
             f"{adapter.__name__} is served by the {' or '.join(serving_bundles(adapter))} "
             f"bundle; this plan is for SIE_BUNDLE={settings.bundle}{release}"
         )
     nccl_port = options.nccl_port
-    if sglang and nccl_port is None:
+    if adapter.engine == "sglang" and nccl_port is None:
         nccl_port = ports.pick_port(ports.RENDEZVOUS_PORTS)
     port = ports.pick_port(ports.ENGINE_PORTS, {nccl_port} if nccl_port else ())
     memory = device_memory(settings)
-    need = need_of(options, memory, on_cpu=not devices[0].startswith("cuda"))
-    total = memory.totals[0]
+    on_cuda = devices[0].startswith("cuda")
+    need = need_of(options, memory, on_cpu=not on_cuda)
+    totals = [t for t in memory.totals[: len(devices)] if t is not None]
     share = None
-    if need is not None and total is not None:
-        declared = options.declared.get("mem_fraction_static")
-        if sglang:
-            # An empty device: all of it is free.
-            fraction = float(declared) if isinstance(declared, int | float) else None
-            share = sglang_fraction(total, total, fraction)
-        elif devices[0].startswith("cuda"):
-            share = cuda_cap(need, total)
+    if need is not None and len(totals) == len(devices):
+        weights = None
+        if adapter.engine == "vllm" and not on_cuda and options.model_path is not None:
+            weights = weight_bytes(Path(options.model_path))
+        # An empty worker: all of each device is free.
+        share = engine_share(
+            adapter.engine,
+            on_cuda=on_cuda,
+            need=need,
+            totals=totals,
+            frees=totals,
+            declared=options.declared,
+            weights_bytes=weights,
+        )
     plan = plan_launch(
         served,
         options,
         devices,
         port=port,
-        nccl_port=nccl_port if sglang else None,
+        nccl_port=nccl_port,
         settings=settings,
-        share=share,
+        share=share.fraction if share is not None else None,
+        kv_cache_gib=share.kv_cache_gib if share is not None else None,
     )
     for message in warnings:
         print(f"warning: {args.file}: {message}", file=sys.stderr)

@@ -77,10 +77,11 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"sie-worker serve: {exc}", file=sys.stderr)
         return 1
-    if settings.has_sglang_bundle:
-        from sie_worker.config.sglang_release import release_mismatch
+    if settings.engine != "transformers":
+        from sie_worker.config import sglang_release, vllm_release
 
-        mismatch = release_mismatch(settings.bundle)
+        release = sglang_release if settings.engine == "sglang" else vllm_release
+        mismatch = release.release_mismatch(settings.bundle)
         if mismatch is not None:
             logging.getLogger("sie_worker").warning("%s", mismatch)
     config_dir = args.config_dir or settings.config_dir

@@ -2,9 +2,9 @@
 does not run, or none at all.
 
 - The adapters this image runs (:data:`KNOWN_ADAPTERS`) are declarations in
-  :mod:`sie_server.adapters` under SIE's own paths (plus this project's chat and transformers
-  adapters); only these modules are ever imported, so a config cannot make the worker import
-  arbitrary code.
+  :mod:`sie_server.adapters` under SIE's own paths (plus this project's chat, vLLM and
+  transformers adapters); only these modules are ever imported, so a config cannot make the
+  worker import arbitrary code.
 - Every other path SIE 0.10.1 defines (:mod:`sie_worker.config.sie_adapters`) reads fine and
   is refused when the model loads (:class:`NotServedHere`), naming this image's bundles and
   SIE's bundle for it.
@@ -22,7 +22,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from sie_server.adapters.base import Adapter
+from sie_server.adapters.base import Adapter, EngineKind
+from sie_worker.config.engine_families import IMAGE_BUNDLES
 from sie_worker.config.model import ModelConfig
 from sie_worker.config.sglang_release import BUNDLE_VERSIONS, version_key
 from sie_worker.config.sie_adapters import sie_adapters, sie_version
@@ -36,9 +37,12 @@ __all__ = [
     "IMAGE_BUNDLES",
     "KNOWN_ADAPTERS",
     "LEGACY_PATHS",
+    "OWN_ADAPTERS",
     "SIE_TRANSFORMERS_ADAPTERS",
     "STRICT_THINKING",
     "TRANSFORMERS",
+    "VLLM_EMBEDDING",
+    "VLLM_GENERATION",
     "NotServedHere",
     "UnknownAdapter",
     "adapter_problem",
@@ -56,6 +60,8 @@ GEMMA = "sie_server.adapters.sglang.gemma:SGLangGemmaAdapter"
 CUDA13 = "sie_server.adapters.sglang.cuda13:SGLangCuda13Adapter"
 STRICT_THINKING = "sie_server.adapters.sglang.cuda13:SGLangStrictThinkingAdapter"
 TRANSFORMERS = "sie_server.adapters.transformers:TransformersAdapter"
+VLLM_GENERATION = "sie_server.adapters.vllm.generation:VLLMGenerationAdapter"
+VLLM_EMBEDDING = "sie_server.adapters.vllm.embedding:VLLMEmbeddingAdapter"
 # SIE's adapters whose models the default transformers engine serves as SIE does.
 SIE_TRANSFORMERS_ADAPTERS: tuple[str, ...] = (
     "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter",
@@ -73,15 +79,17 @@ KNOWN_ADAPTERS: tuple[str, ...] = (
     GEMMA,
     CUDA13,
     STRICT_THINKING,
+    VLLM_GENERATION,
+    VLLM_EMBEDDING,
     TRANSFORMERS,
     *SIE_TRANSFORMERS_ADAPTERS,
 )
+# This project's own adapters (in SIE's namespace; SIE 0.10.1 defines none of them).
+OWN_ADAPTERS: tuple[str, ...] = (CHAT, VLLM_GENERATION, VLLM_EMBEDDING, TRANSFORMERS)
 LEGACY_PATHS: Mapping[str, str] = {
     "sie_server.adapters.sglang:SGLangGenerationAdapter": GENERATION,
     "sie_server.adapters.sglang:SGLangEmbeddingAdapter": EMBEDDING,
 }
-# The bundles of this image: the default one (transformers engine) and the SGLang ones.
-IMAGE_BUNDLES: tuple[str, ...] = ("default", *sorted(BUNDLE_VERSIONS))
 
 
 class UnknownAdapter(ValueError):
@@ -154,12 +162,17 @@ def not_served_here(config: ModelConfig) -> dict[str, str]:
     }
 
 
-def default_adapter_path(bundle_has_sglang: bool, tasks: Mapping[str, Any]) -> str:
-    """The adapter of a profile without ``adapter_path``: transformers on the default bundle;
-    on SGLang bundles generation, or embedding when the model's only task is ``encode``."""
-    if not bundle_has_sglang:
+def default_adapter_path(engine: EngineKind, tasks: Mapping[str, Any]) -> str:
+    """The adapter of a profile without ``adapter_path``, for the engine of the worker's
+    bundle (:func:`~sie_worker.config.engine_families.bundle_engine`): transformers on the
+    default bundle; on SGLang and vLLM bundles that engine's generation adapter, or its
+    embedding adapter when the model's only task is ``encode``."""
+    if engine == "transformers":
         return TRANSFORMERS
-    return EMBEDDING if set(tasks) == {"encode"} else GENERATION
+    encode_only = set(tasks) == {"encode"}
+    if engine == "vllm":
+        return VLLM_EMBEDDING if encode_only else VLLM_GENERATION
+    return EMBEDDING if encode_only else GENERATION
 
 
 def _unknown(path: str) -> str:

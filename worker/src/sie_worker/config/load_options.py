@@ -33,6 +33,7 @@ class LoadOptions:
     declared: Mapping[str, Any] = field(default_factory=dict)  # the loadtime block as written
     model_path: str | None = None  # model_path resolved to a local directory; None: use hf_id
     sglang_version: str | None = None  # the SGLang release the argv is built for
+    vllm_version: str | None = None  # the vLLM release the argv is built for
     context_length: int | None = None  # --context-length (None: the model's config.json)
     warnings: tuple[str, ...] = ()  # accepted options this worker does not apply
     # LoRA adapters (lora_paths), local sources resolved to absolute folders; hub ones stay
@@ -44,9 +45,7 @@ class LoadOptions:
 def adapter_of(served: ServedModel, settings: Settings) -> type[Adapter]:
     """The profile's adapter, or the bundle's default one. Raises :class:`UnknownAdapter` or
     :class:`NotServedHere`."""
-    path = served.profile.adapter_path or default_adapter_path(
-        settings.has_sglang_bundle, served.config.tasks
-    )
+    path = served.profile.adapter_path or default_adapter_path(settings.engine, served.config.tasks)
     return resolve_adapter(path)
 
 

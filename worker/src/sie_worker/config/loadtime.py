@@ -39,11 +39,12 @@ from sie_worker.config.model_shape import (
     local_model_dir,
     width_fit_problems,
 )
+from sie_worker.config.option_tables import disables_cuda_graph
 from sie_worker.config.rules import width_problem
 from sie_worker.config.sglang_checks import SGLangChecks, release_of
 from sie_worker.config.sglang_flags import Release, option_problem
-from sie_worker.config.sglang_options import disables_cuda_graph
 from sie_worker.config.values import number_text
+from sie_worker.config.vllm_checks import VLLMChecks, vllm_release_of
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import Settings
 
@@ -117,8 +118,7 @@ class _Resolver:
         task = self._task(adapter)
         width = self._width(adapter)
         generation = task == "generate"
-        release = release_of(settings.bundle, self.env) if adapter.engine == "sglang" else None
-        checks = self._sglang(adapter, release, width) if release is not None else None
+        release, checks = self._engine_checks(adapter)
         if "request_read_timeout_s" in loadtime:
             read_timeout = self._seconds("request_read_timeout_s")
         elif task == "encode":
@@ -163,7 +163,8 @@ class _Resolver:
             task=task,
             declared=served.profile.loadtime,
             model_path=str(model_path) if model_path is not None else None,
-            sglang_version=release.version if release is not None else None,
+            sglang_version=release.version if adapter.engine == "sglang" and release else None,
+            vllm_version=release.version if adapter.engine == "vllm" and release else None,
             context_length=context_length(served, adapter),
             warnings=tuple(self.warnings + (checks.warnings if checks else [])),
             loras=loras,
@@ -191,9 +192,10 @@ class _Resolver:
             if key == "tensor_parallel_size":
                 self.add(
                     key,
-                    f"{name} runs on one device; only the SGLang adapters accept "
+                    f"{name} runs on one device; only the SGLang and vLLM adapters accept "
                     "tensor_parallel_size: remove it, or serve the model with "
-                    "sie_server.adapters.sglang.generation:SGLangGenerationAdapter",
+                    "sie_server.adapters.sglang.generation:SGLangGenerationAdapter (or "
+                    "sie_server.adapters.vllm.generation:VLLMGenerationAdapter)",
                 )
                 continue
             close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
@@ -237,11 +239,23 @@ class _Resolver:
             )
         return value
 
-    def _sglang(self, adapter: type[Adapter], release: Release, width: int) -> SGLangChecks:
-        checks = SGLangChecks(adapter, self.served, self.loadtime, release)
+    def _engine_checks(
+        self, adapter: type[Adapter]
+    ) -> tuple[Release | None, SGLangChecks | VLLMChecks | None]:
+        """The engine release the load runs and its checks (the default engine: none)."""
+        checks: SGLangChecks | VLLMChecks
+        bundle = self.settings.bundle
+        if adapter.engine == "sglang":
+            release = release_of(bundle, self.env)
+            checks = SGLangChecks(adapter, self.served, self.loadtime, release)
+        elif adapter.engine == "vllm":
+            release = vllm_release_of(bundle, self.env)
+            checks = VLLMChecks(self.served, self.loadtime, release)
+        else:
+            return None, None
         for where, message in checks.problems():
             self.add(where, message)
-        return checks
+        return release, checks
 
     def _seconds(self, key: str) -> float | None:
         if key not in self.loadtime:
@@ -339,7 +353,7 @@ class _Resolver:
         except ModelPathError as exc:
             self.add(list(config.path_of("model_path")), str(exc))
             return None
-        if counts is not None and adapter.engine == "sglang":
+        if counts is not None and adapter.engine != "transformers":
             for message in width_fit_problems(width, counts):
                 self.add("tensor_parallel_size", message)
         return local

@@ -1,8 +1,9 @@
-"""The value rules of SGLang load-time options, and the release they are checked against.
+"""The value rules of the engines' load-time options, the release they are checked against,
+and the row of an engine's option table (:class:`EngineOption`).
 
 A :class:`Rule` says what it accepts (for people: the README's table) and checks a value,
 returning why it is refused or None. Rules that depend on the release read its option table
-(:mod:`sie_worker.config.sglang_options`): a choice-valued flag's ``choices``, with the
+(:mod:`sie_worker.config.option_tables`): a choice-valued flag's ``choices``, with the
 release that has a value another lacks. Pure.
 """
 
@@ -13,21 +14,24 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sie_worker.config.lora import lora_problems
+from sie_worker.config.option_tables import OptionTable, option_tables
 from sie_worker.config.rules import width_problem
 from sie_worker.config.runtime import sampling_problem, stops_problem
-from sie_worker.config.sglang_options import OptionTable, option_tables
 from sie_worker.config.values import described, shown
 
 __all__ = [
     "SPECULATIVE_KEYS",
+    "Applied",
+    "EngineOption",
     "Release",
     "Rule",
     "boolean",
     "choice_of",
     "choice_problem",
+    "engine_option_problem",
     "fraction",
     "guard",
     "integer",
@@ -51,16 +55,17 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 @dataclass(frozen=True)
 class Release:
-    """The SGLang release an engine runs: its version, the bundle it comes from, and its
+    """The engine release a load runs: its version, the bundle it comes from, and its
     option table (None when no table ships for it: release checks are then skipped)."""
 
     version: str
     bundle: str
     table: OptionTable | None
+    label: str = "SGLang"
 
     @property
     def name(self) -> str:
-        return f"SGLang {self.version} (bundle {self.bundle})"
+        return f"{self.label} {self.version} (bundle {self.bundle})"
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,44 @@ def rule_of(accepts: str) -> Callable[[Callable[[Any, Release], str | None]], Ru
         return Rule(accepts, check)
 
     return wrap
+
+
+Applied = Literal["flag", "worker", "inert", "hook", "later"]
+
+
+@dataclass(frozen=True)
+class EngineOption:
+    """One load-time option of an engine's adapters: the adapter families that accept it,
+    how it is applied (``flag``: the engine flag ``flag``; ``worker``: the worker applies it;
+    ``inert``: accepted, no effect; ``hook``: SIE's own engine code, accepted and not applied;
+    ``later``: refused), the value rule, the default and what it does (for the README)."""
+
+    name: str
+    families: frozenset[str]
+    applied: Applied
+    flag: str | None
+    rule: Rule
+    default: str
+    meaning: str
+
+
+def engine_option_problem(option: EngineOption, value: Any, release: Release) -> str | None:
+    """Why this option's value breaks its rule (or needs a flag the release lacks), or None."""
+    message = option.rule(value, release)
+    if message is not None:
+        return message
+    table = release.table
+    if (
+        option.applied == "flag"
+        and option.flag is not None
+        and table is not None
+        and not table.has(option.flag)
+    ):
+        return (
+            f"needs {option.flag}, which {release.name} lacks: remove it, or serve the model "
+            f"from a bundle whose {release.label} has it"
+        )
+    return None
 
 
 @rule_of("true or false")

@@ -26,6 +26,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
+from sie_server.adapters.base import EngineKind
 from sie_worker.config.adapters import adapter_problem, canonical_path
 from sie_worker.config.jsonpath import json_path
 from sie_worker.config.launch_rules import (
@@ -53,6 +54,7 @@ __all__ = [
 
 MAX_WIDTH = 8
 _REMOTE = "sie_server.adapters.remote."
+_VLLM = "sie_server.adapters.vllm."
 _PROFILE_GENERATE_KEYS = ("chat_template_kwargs", "max_output_tokens", "grammar_profile")
 
 
@@ -187,6 +189,7 @@ def _profile_problems(
 ) -> list[Problem]:
     problems: list[Problem] = []
     base: JsonPath = ("profiles", name)
+    engine = _profile_engine(doc, name)
     options = profile.get("adapter_options")
     loadtime = options.get("loadtime") if isinstance(options, dict) else None
     runtime = options.get("runtime") if isinstance(options, dict) else None
@@ -199,11 +202,13 @@ def _profile_problems(
         lt = (*base, "adapter_options", "loadtime")
         for sub, message in lora_problems(loadtime, tuple(names)):
             problems.append(Problem(json_path([*lt, *sub]), message))
-        problems += args_problems(loadtime.get("extra_launch_args"), (*lt, "extra_launch_args"))
+        lt_args = loadtime.get("extra_launch_args")
+        problems += args_problems(lt_args, (*lt, "extra_launch_args"), engine)
         problems += env_problems(loadtime.get("extra_env"), (*lt, "extra_env"))
     if isinstance(runtime, dict):
         problems += runtime_problems(runtime, (*base, "adapter_options", "runtime"))
-    problems += args_problems(profile.get("extra_launch_args"), (*base, "extra_launch_args"))
+    args = profile.get("extra_launch_args")
+    problems += args_problems(args, (*base, "extra_launch_args"), engine)
     problems += env_problems(profile.get("extra_env"), (*base, "extra_env"))
     extends = profile.get("extends")
     if isinstance(extends, str) and extends not in names:
@@ -235,6 +240,28 @@ def _profile_problems(
         elif grammar not in names:
             problems.append(Problem(where, _no_profile(grammar, names)))
     return problems
+
+
+def _profile_engine(doc: Mapping[str, Any], name: str) -> EngineKind:
+    """The engine whose flags a profile's extra_launch_args are read with at read time: vLLM's
+    when the profile (or one it extends) names a vLLM adapter, else SGLang's (a profile
+    without adapter_path runs the bundle's engine, known when it loads: the load checks the
+    flags again against that engine's own release)."""
+    profiles = doc.get("profiles")
+    seen: set[str] = set()
+    while isinstance(profiles, dict) and name not in seen:
+        seen.add(name)
+        profile = profiles.get(name)
+        if not isinstance(profile, dict):
+            break
+        adapter = profile.get("adapter_path")
+        if isinstance(adapter, str):
+            return "vllm" if canonical_path(adapter).startswith(_VLLM) else "sglang"
+        parent = profile.get("extends")
+        if not isinstance(parent, str):
+            break
+        name = parent
+    return "sglang"
 
 
 def _grammar_problems(

@@ -29,8 +29,8 @@ from typing import Any
 from sie_server.adapters.base import Adapter
 from sie_worker.config.lora import lora_adapters, max_loras
 from sie_worker.config.model import JsonPath, ServedModel
+from sie_worker.config.option_tables import OptionTable, flag_value, resolve, table_for
 from sie_worker.config.sglang_flags import SGLANG_OPTIONS, Release, option_problem
-from sie_worker.config.sglang_options import OptionTable, flag_value, resolve, table_for
 from sie_worker.config.sglang_release import BUNDLE_VERSIONS, engine_version, version_key
 
 __all__ = ["MAMBA_DESTS", "SGLangChecks", "mamba_strategy", "release_of"]

@@ -23,16 +23,18 @@ How options are applied (``applied``):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from sie_worker.config.option_rules import (
     SPECULATIVE_KEYS,
+    Applied,
+    EngineOption,
     Release,
     Rule,
     boolean,
     choice_of,
     choice_problem,
+    engine_option_problem,
     fraction,
     guard,
     integer,
@@ -54,10 +56,10 @@ __all__ = [
     "SGLANG_OPTIONS",
     "SPECULATIVE_KEYS",
     "Applied",
+    "EngineOption",
     "Family",
     "Release",
     "Rule",
-    "SGLangOption",
     "choice_problem",
     "option_problem",
     "options_for",
@@ -65,22 +67,10 @@ __all__ = [
 ]
 
 Family = Literal["generation", "embedding", "chat"]
-Applied = Literal["flag", "worker", "inert", "hook", "later"]
 FAMILIES: tuple[Family, ...] = ("generation", "embedding", "chat")
 _GEN: frozenset[Family] = frozenset({"generation", "chat"})
 _ALL: frozenset[Family] = frozenset(FAMILIES)
 _EMB: frozenset[Family] = frozenset({"embedding"})
-
-
-@dataclass(frozen=True)
-class SGLangOption:
-    name: str
-    families: frozenset[Family]
-    applied: Applied
-    flag: str | None  # the SGLang option string it sets (None: no flag)
-    rule: Rule
-    default: str  # for documentation
-    meaning: str  # what it does (SGLang's help for flags)
 
 
 # --- value rules ---------------------------------------------------------------------------
@@ -97,14 +87,14 @@ def _o(
     rule: Rule,
     default: str,
     meaning: str,
-) -> SGLangOption:
-    return SGLangOption(name, families, applied, flag, rule, default, meaning)
+) -> EngineOption:
+    return EngineOption(name, frozenset(families), applied, flag, rule, default, meaning)
 
 
 _SIE_HOOK = "SIE applies it with its own code in the engine process; stock SGLang has none"
 _SIE_REQUEST = "SIE's embedding adapter applies it per request; the worker relays requests as sent"
 
-_TABLE: tuple[SGLangOption, ...] = (
+_TABLE: tuple[EngineOption, ...] = (
     # The seed's six, plus disable_cuda_graph.
     _o("tensor_parallel_size", _ALL, "worker", "--tp-size", width, "1",
        "GPUs the model is split across (the worker's block and --tp-size)"),
@@ -203,7 +193,7 @@ _TABLE: tuple[SGLangOption, ...] = (
     _o("max_concurrent_dispatch", _EMB, "inert", None, integer(1), "1",
        "SIE's batches in flight; the worker relays each request as it comes"),
 )  # fmt: skip
-SGLANG_OPTIONS: Mapping[str, SGLangOption] = {option.name: option for option in _TABLE}
+SGLANG_OPTIONS: Mapping[str, EngineOption] = {option.name: option for option in _TABLE}
 
 
 def options_for(family: Family) -> tuple[str, ...]:
@@ -213,22 +203,7 @@ def options_for(family: Family) -> tuple[str, ...]:
 
 def option_problem(name: str, value: Any, release: Release) -> str | None:
     """Why this option's value breaks its rule (or needs a flag the release lacks), or None."""
-    option = SGLANG_OPTIONS[name]
-    message = option.rule(value, release)
-    if message is not None:
-        return message
-    table = release.table
-    if (
-        option.applied == "flag"
-        and option.flag is not None
-        and table is not None
-        and not table.has(option.flag)
-    ):
-        return (
-            f"needs {option.flag}, which {release.name} lacks: remove it, or serve the model "
-            "from a bundle whose SGLang has it"
-        )
-    return None
+    return engine_option_problem(SGLANG_OPTIONS[name], value, release)
 
 
 def speculative_args(spec: Mapping[str, Any]) -> tuple[str, ...]:

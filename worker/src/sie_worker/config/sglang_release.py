@@ -24,11 +24,11 @@ option table of 0.5.19, which an earlier ``sglang`` bundle ran):
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from functools import cache
-from importlib.metadata import PackageNotFoundError, version
+
+from sie_worker.config.engine_release import Releases, distribution_version
 
 __all__ = [
     "BUNDLE_VERSIONS",
@@ -47,42 +47,23 @@ _PREFILL_RENAMED = (0, 5, 20)
 _GRAPH_BACKENDS = (0, 5, 19)
 
 
+_RELEASES = Releases("SGLang", "SIE_SGLANG_VERSION", BUNDLE_VERSIONS, PINNED_VERSION)
+
+
 @cache
 def installed_version() -> str | None:
     """The installed SGLang distribution's version, read from metadata (no import)."""
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return None
+    return distribution_version("sglang")
 
 
 def engine_version(bundle: str, env: Mapping[str, str] | None = None) -> str:
     """The SGLang release the engine will run (see the module docstring for the order)."""
-    environ = os.environ if env is None else env
-    declared = environ.get("SIE_SGLANG_VERSION", "").strip()
-    if declared:
-        return declared
-    if bundle in BUNDLE_VERSIONS:
-        return BUNDLE_VERSIONS[bundle]
-    return installed_version() or PINNED_VERSION
+    return _RELEASES.version(bundle, env, installed_version)
 
 
 def release_mismatch(bundle: str, env: Mapping[str, str] | None = None) -> str | None:
     """Why the installed SGLang differs from the release the worker plans for, or None."""
-    installed = installed_version()
-    planned = engine_version(bundle, env)
-    if installed is None or installed == planned:
-        return None
-    source = (
-        "SIE_SGLANG_VERSION"
-        if (os.environ if env is None else env).get("SIE_SGLANG_VERSION", "").strip()
-        else f"SIE_BUNDLE={bundle}"
-    )
-    return (
-        f"SGLang {installed} is installed but engine command lines are built for SGLang "
-        f"{planned} ({source}); flags that differ between the two may be refused by the engine: "
-        "set SIE_BUNDLE to the bundle of this image, or SIE_SGLANG_VERSION"
-    )
+    return _RELEASES.mismatch(bundle, env, installed_version)
 
 
 def version_key(text: str) -> tuple[int, int, int]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sie_worker.config.adapters import UnknownAdapter, default_adapter_path, resolve_adapter
+from sie_worker.config.engine_families import bundle_engine, family_of
 from sie_worker.config.load_options import declared_width
 from sie_worker.config.lora_choice import split_model
 from sie_worker.config.model import ServedModel, served_models
@@ -48,13 +49,18 @@ def bundle_runs(adapter_path: str, bundle: str) -> str | None:
         if bundle in declared:
             return None
         return f"adapter {adapter_path} runs on bundle(s) {', '.join(sorted(declared))}"
-    if adapter.engine == "transformers":
-        if bundle == _DEFAULT_BUNDLE:
-            return None
-        return f"adapter {adapter_path} runs on the {_DEFAULT_BUNDLE} bundle only"
-    if bundle != _DEFAULT_BUNDLE:
+    engine = bundle_engine(bundle)
+    if engine == adapter.engine:
         return None
-    return f"adapter {adapter_path} needs an SGLang bundle, not {_DEFAULT_BUNDLE}"
+    family = family_of(adapter.engine)
+    if adapter.engine == "transformers":
+        return f"adapter {adapter_path} runs on the {_DEFAULT_BUNDLE} bundle only"
+    # "an SGLang", "a vLLM": the article of the name as it is spoken.
+    article = "an" if family.label[0] in "AEFHILMNORSX" else "a"
+    return (
+        f"adapter {adapter_path} needs {article} {family.label} bundle "
+        f"({', '.join(family.bundles)}), not {bundle}"
+    )
 
 
 class Catalogue:
@@ -107,7 +113,7 @@ class Catalogue:
             return None  # not shipped: the pods say (unknown_model) when they do not have it
         served = info.served
         adapter = served.profile.adapter_path or default_adapter_path(
-            spec.bundle != _DEFAULT_BUNDLE, served.config.tasks
+            bundle_engine(spec.bundle), served.config.tasks
         )
         why = bundle_runs(adapter, spec.bundle)
         if why is not None:

@@ -5,42 +5,54 @@ Needs (DESIGN "Device memory"), per device of the model's block:
 - SGLang adapters: ``f x total + 1 GiB``, ``f`` = ``mem_fraction_static`` (0.85 when
   undeclared, as SIE): SGLang takes ``f`` of the device for weights and KV cache, and the
   CUDA context, graphs and activations come on top.
+- vLLM adapters: ``f x total``, ``f`` = ``gpu_memory_utilization`` (0.9 when undeclared,
+  vLLM's default): vLLM's share of the device's total holds everything it allocates there.
 - The default engine: its load-time ``memory_gib`` when declared; else its weight files'
   bytes x 1.2 + 1 GiB on CUDA (+ 0.5 GiB more on ``cpu``, where the Python process and
   torch's CPU allocator count too).
 - Unknown (the device's total or the weights' size unknown): None; such a model shares its
   device with nobody.
 
-Engine share: SGLang reads ``--mem-fraction-static`` as a fraction of the memory *free*
-when it starts, so a model's ``f x total`` becomes ``(f x total) / free`` there, floored to
-three decimals (never above what was asked of the free memory). The default engine on CUDA
-caps its allocator at ``need / total``.
+Engine share (:func:`engine_share`): SGLang reads ``--mem-fraction-static`` as a fraction
+of the memory *free* when it starts, so a model's ``f x total`` becomes ``(f x total) / free``
+there, floored to three decimals (never above what was asked of the free memory). vLLM reads
+``--gpu-memory-utilization`` as a fraction of the total, so it gets ``f`` itself, and refuses
+to start with less than that free; on ``cpu`` devices its KV cache
+(``VLLM_CPU_KVCACHE_SPACE``) is its share less its rank's part of the weights, in whole GiB,
+at least 1. The default engine on CUDA caps its allocator at ``need / total``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 __all__ = [
     "CPU_EXTRA_BYTES",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_MEM_FRACTION",
     "ENGINE_OVERHEAD_BYTES",
     "GIB",
     "WEIGHTS_FACTOR",
     "EngineKind",
+    "EngineShare",
     "NoRoomAtStart",
     "cuda_cap",
+    "engine_share",
     "memory_need",
     "sglang_fraction",
+    "vllm_cpu_kv_gib",
 ]
 
 GIB = 2**30
 DEFAULT_MEM_FRACTION = 0.85  # SIE's default mem_fraction_static
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
 ENGINE_OVERHEAD_BYTES = GIB  # CUDA context, graphs, activations beside the engine's share
 WEIGHTS_FACTOR = 1.2  # the default engine's weights on a device, with their buffers
 CPU_EXTRA_BYTES = GIB // 2
-EngineKind = Literal["sglang", "transformers"]
+EngineKind = Literal["sglang", "vllm", "transformers"]
 
 
 class NoRoomAtStart(Exception):
@@ -60,7 +72,13 @@ def memory_need(
     memory_gib: float | None = None,
     weights_bytes: int | None = None,
 ) -> int | None:
-    """Bytes the model reserves on each of its devices; None when unknown."""
+    """Bytes the model reserves on each of its devices; None when unknown. ``mem_fraction``:
+    SGLang's ``mem_fraction_static`` or vLLM's ``gpu_memory_utilization`` as declared."""
+    if engine == "vllm":
+        if total is None:
+            return None
+        fraction = DEFAULT_GPU_MEMORY_UTILIZATION if mem_fraction is None else mem_fraction
+        return math.ceil(fraction * total)
     if engine == "sglang":
         if total is None:
             return None
@@ -83,6 +101,61 @@ def sglang_fraction(total: int, free: int, mem_fraction: float | None) -> float:
     if free <= 0 or wanted > free:
         raise NoRoomAtStart(math.ceil(wanted), max(free, 0))
     return math.floor(wanted / free * 1000) / 1000
+
+
+def vllm_cpu_kv_gib(total: int, fraction: float, weights_bytes: int | None, width: int) -> int:
+    """``VLLM_CPU_KVCACHE_SPACE`` of a vLLM rank on a cpu device of ``total`` bytes: its share
+    (``fraction x total``) less its part of the weights, in whole GiB, at least 1."""
+    rank_weights = (weights_bytes or 0) / max(width, 1)
+    return max(1, math.floor((fraction * total - rank_weights) / GIB))
+
+
+@dataclass(frozen=True)
+class EngineShare:
+    """What an engine is told of its memory: ``fraction`` is its memory flag (SGLang's
+    ``--mem-fraction-static``, vLLM's ``--gpu-memory-utilization``, the default engine's
+    ``--cuda-memory-fraction``; None: none passed), ``kv_cache_gib`` vLLM's KV cache on cpu
+    devices (``VLLM_CPU_KVCACHE_SPACE``)."""
+
+    fraction: float | None
+    kv_cache_gib: int | None = None
+
+
+def engine_share(
+    engine: EngineKind,
+    *,
+    on_cuda: bool,
+    need: int,
+    totals: Sequence[int],
+    frees: Sequence[int],
+    declared: Mapping[str, Any],
+    weights_bytes: int | None = None,
+) -> EngineShare:
+    """The share of an engine starting on a block whose devices have ``totals`` bytes, of which
+    ``frees`` are free now (the model reserves ``need`` on each). Raises
+    :class:`NoRoomAtStart` when a device has less free than the engine will take."""
+    if engine == "sglang":
+        fraction = _declared_fraction(declared, "mem_fraction_static")
+        return EngineShare(
+            min(sglang_fraction(t, f, fraction) for t, f in zip(totals, frees, strict=True))
+        )
+    if engine == "vllm":
+        utilization = _declared_fraction(declared, "gpu_memory_utilization")
+        utilization = DEFAULT_GPU_MEMORY_UTILIZATION if utilization is None else utilization
+        for total, free in zip(totals, frees, strict=True):
+            wanted = math.ceil(utilization * total)
+            if wanted > free:
+                raise NoRoomAtStart(wanted, max(free, 0))
+        kv = None
+        if not on_cuda:
+            kv = vllm_cpu_kv_gib(min(totals), utilization, weights_bytes, len(totals))
+        return EngineShare(utilization, kv)
+    return EngineShare(cuda_cap(need, totals[0]) if on_cuda else None)
+
+
+def _declared_fraction(declared: Mapping[str, Any], key: str) -> float | None:
+    value = declared.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def cuda_cap(need: int, total: int) -> float:

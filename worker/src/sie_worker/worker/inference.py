@@ -18,7 +18,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sie_worker.config.adapters import UnknownAdapter
+from sie_worker.config.adapters import NotServedHere, UnknownAdapter
+from sie_worker.config.engine_families import family_of
 from sie_worker.config.load_options import adapter_of
 from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.lora_choice import (
@@ -172,7 +173,10 @@ async def _serve(
     if raw is not None and model_id == asked.id:
         body = raw
     else:
-        body = json.dumps({**call.payload, "model": model_id}).encode()
+        payload = {**call.payload, "model": model_id}
+        if isinstance(adapter, str) and _names_lora_as_model(record, request.app.state.settings):
+            payload["model"] = payload.pop(ADAPTER_FIELD)  # vLLM: the adapter's own name
+        body = json.dumps(payload).encode()
     headers: Any = request.headers if sie is None else {"content-type": "application/json"}
     running = record.running if record.state == "ready" else None
     if running is None:  # the cold path: wait for its load (a warm request never waits)
@@ -205,8 +209,16 @@ def _manager(request: Request) -> ModelManager:
     return manager
 
 
+def _names_lora_as_model(record: ModelRecord, settings: Settings) -> bool:
+    """Whether the model's engine takes a request's LoRA adapter as its ``model`` (vLLM)."""
+    try:
+        return family_of(adapter_of(record.served, settings).engine).lora_as_model
+    except (UnknownAdapter, NotServedHere):
+        return False
+
+
 def _engine(served: ServedModel, settings: Settings) -> str:
-    """The engine kind serving ``served`` ("sglang" or "transformers")."""
+    """The engine kind serving ``served`` ("sglang", "vllm" or "transformers")."""
     try:
         return adapter_of(served, settings).engine
     except UnknownAdapter:

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import anyio
 import httpx
@@ -33,7 +34,7 @@ from sie_worker.config.loadtime import resolve_load_options
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import InvalidConfig, LoadFailed, SieError
 from sie_worker.settings import Settings
-from sie_worker.sizing.memory_needs import NoRoomAtStart, cuda_cap, sglang_fraction
+from sie_worker.sizing.memory_needs import EngineShare, NoRoomAtStart, engine_share
 from sie_worker.worker.launcher.process import OutOfMemory
 from sie_worker.worker.launcher.start import PortBook, RunningEngine, StartGate, start_engine
 from sie_worker.worker.metrics import LOAD_OUTCOMES, LoadOutcome
@@ -42,6 +43,7 @@ from sie_worker.worker.placement.claims import need_of
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.weights.hub_errors import DownloadCancelled
 from sie_worker.worker.weights.load_step import ModelWeights
+from sie_worker.worker.weights.on_disk import weight_bytes
 
 __all__ = ["Loader", "load_outcome"]
 
@@ -193,28 +195,33 @@ class Loader:
 
     def _share(
         self, record: ModelRecord, options: LoadOptions, block: tuple[int, ...]
-    ) -> float | None:
+    ) -> EngineShare | None:
         """The engine's memory share (None: the declared options as they are). Raises
-        :class:`NoRoomAtStart` when a device has less free than SGLang's share needs."""
+        :class:`NoRoomAtStart` when a device has less free than the engine will take."""
         table, memory = self._table, self._table.placer.memory
         totals = [memory.totals[i] for i in block]
         if record.memory is None or any(t is None for t in totals):
             return None
-        if resolve_adapter(options.adapter).engine == "sglang":
-            declared = options.declared.get("mem_fraction_static")
-            fraction = float(declared) if isinstance(declared, int | float) else None
-            shares = []
-            for index in block:
-                total = memory.totals[index]
-                assert total is not None
-                others = table.placer.reserved(index, table.records.values(), other_than=record)
-                free = memory.free_at_start(index, others)
-                assert free is not None
-                shares.append(sglang_fraction(total, free, fraction))
-            return min(shares)
-        device = self._settings.devices[block[0]]
-        total = totals[0]
-        return cuda_cap(record.memory, total) if device.startswith("cuda") and total else None
+        frees = [
+            memory.free_at_start(
+                i, table.placer.reserved(i, table.records.values(), other_than=record)
+            )
+            for i in block
+        ]
+        engine = resolve_adapter(options.adapter).engine
+        on_cuda = self._settings.devices[block[0]].startswith("cuda")
+        weights = None
+        if engine == "vllm" and not on_cuda and options.model_path is not None:
+            weights = weight_bytes(Path(options.model_path))
+        return engine_share(
+            engine,
+            on_cuda=on_cuda,
+            need=record.memory,
+            totals=[t for t in totals if t is not None],
+            frees=[f or 0 for f in frees],
+            declared=options.declared,
+            weights_bytes=weights,
+        )
 
     async def _evict_one_more(self, record: ModelRecord, block: tuple[int, ...]) -> bool:
         """Evict the least recently used unpinned ready model sharing ``block`` with the

@@ -62,17 +62,15 @@ class ModelTable:
         return self.stops.stop(record.id, running, block, drain=drain)
 
     async def watch(self, record: ModelRecord, running: RunningEngine) -> None:
-        """Mark the model failed and free its devices if its engine dies on its own."""
-        code = await running.engine.exited
+        """Mark the model failed and free its devices if its engine, or one of its ranks,
+        dies on its own (any exit the worker did not ask for, status 0 included)."""
+        why = await running.engine.ended
         if running.engine.stopping:
             return
         async with self.lock:
             if record.running is not running:
                 return
-            failure = (
-                f"engine exited unexpectedly with code {code}; last output:\n"
-                + running.engine.log_tail(8)
-            )
+            failure = f"{why}; last output:\n" + running.engine.log_tail(8)
             self.release(record, "engine_exit", drain=False, failure=failure)
         _log.error("%s: %s", record.id, record.error)
         self.on_crash(record)

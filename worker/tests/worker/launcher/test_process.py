@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import shlex
+import signal
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -13,6 +18,7 @@ import pytest
 from tests.support.ports import free_port
 
 from sie_worker.errors import LoadFailed, StartupTimeout
+from sie_worker.worker.launcher.group import group_members
 from sie_worker.worker.launcher.process import EngineProcess
 
 
@@ -150,3 +156,104 @@ async def test_an_engine_that_exited_unreaped_does_not_own_its_port_but_a_hidden
     finally:
         monkeypatch.undo()
         await engine.stop(5)
+
+
+# --- the engine as a process group: ranks, shared memory, scratch ------------------------
+
+
+def _exist(paths: list[str]) -> list[str]:
+    return [p for p in paths if os.path.exists(p)]
+
+
+def _fake_shm(engine: EngineProcess) -> list[str]:
+    return sorted(str(p) for p in Path("/dev/shm").glob(f"fake_engine_{engine.pid}_*"))
+
+
+async def _rank_files(engine: EngineProcess) -> list[str]:
+    """The ranks' files, once both ranks mapped theirs (the engine is ready before)."""
+    for _ in range(200):
+        files = _fake_shm(engine)
+        if len(files) == 2:  # one per rank, mapped and never unlinked by the engine
+            return files
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the ranks' shared memory never appeared: {_fake_shm(engine)}")
+
+
+async def _ready(command: str, **env: str) -> tuple[EngineProcess, dict[str, Any]]:
+    port = free_port()
+    engine = await EngineProcess.start(
+        "org/m",
+        _argv(command, port),
+        _env(FAKE_ENGINE_CHILDREN="2", FAKE_ENGINE_SHM="1", **env),
+        port,
+        ranks=re.compile(r"^sglang::"),
+    )
+    async with httpx.AsyncClient() as client:
+        await engine.wait_ready(client, "/health", timeout_s=30)
+        info = (await client.get(f"{engine.base_url}/_fake/info")).json()
+    return engine, info
+
+
+@pytest.mark.anyio
+async def test_a_stopped_engine_leaves_no_process_shared_memory_or_scratch_folder(
+    fake_engine_minimal_command: str,
+) -> None:
+    engine, info = await _ready(fake_engine_minimal_command)
+    files = await _rank_files(engine)
+    scratch = Path(info["env"]["TMPDIR"])
+    assert scratch.name.startswith("sie-engine-")
+    assert _exist([str(scratch)]) == [str(scratch)]
+    await engine.stop(grace_s=5)
+    assert not group_members(engine.pid)
+    assert _exist([*files, str(scratch)]) == []
+
+
+@pytest.mark.anyio
+async def test_a_rank_dying_ends_the_engine_naming_the_rank_and_its_stop_cleans_up(
+    fake_engine_minimal_command: str,
+) -> None:
+    engine, info = await _ready(fake_engine_minimal_command)
+    files = await _rank_files(engine)
+    rank = info["children"][1]
+    assert not engine.ended.done()
+    os.kill(rank, signal.SIGKILL)
+    why = await asyncio.wait_for(asyncio.shield(engine.ended), timeout=10)
+    assert why == f"engine failed: its rank process 'sglang::scheduler_TP1' (pid {rank}) exited"
+    assert engine.returncode is None  # the engine's main process still runs: the worker stops it
+    await engine.stop(grace_s=5)
+    assert not group_members(engine.pid)
+    assert _exist(files) == []
+
+
+@pytest.mark.anyio
+async def test_an_engine_exiting_on_its_own_ends_with_its_code(
+    fake_engine_minimal_command: str,
+) -> None:
+    engine, _ = await _ready(fake_engine_minimal_command, FAKE_ENGINE_CRASH_AFTER_S="0.2",
+                             FAKE_ENGINE_CRASH_CODE="0")  # fmt: skip
+    why = await asyncio.wait_for(asyncio.shield(engine.ended), timeout=10)
+    assert why == "engine exited unexpectedly with code 0"  # status 0 is no request of ours
+    await engine.stop(grace_s=5)
+
+
+@pytest.mark.anyio
+async def test_an_engine_on_cpu_devices_runs_with_its_ranks_on_their_cores(
+    fake_engine_minimal_command: str,
+) -> None:
+    core = max(os.sched_getaffinity(0))
+    port = free_port()
+    engine = await EngineProcess.start(
+        "org/m",
+        _argv(fake_engine_minimal_command, port),
+        _env(FAKE_ENGINE_CHILDREN="1"),
+        port,
+        cores=(core,),
+    )
+    try:
+        async with httpx.AsyncClient() as client:
+            await engine.wait_ready(client, "/health", timeout_s=30)
+            info = (await client.get(f"{engine.base_url}/_fake/info")).json()
+        assert os.sched_getaffinity(engine.pid) == {core}
+        assert os.sched_getaffinity(info["children"][0]) == {core}  # inherited by its ranks
+    finally:
+        await engine.stop(grace_s=5)

@@ -1,4 +1,4 @@
-"""One engine subprocess: start it, wait until it is ready, watch it, stop it.
+"""One engine: start it, wait until it is ready, watch it and its ranks, stop it whole.
 
 Each engine runs in its own process group (so stopping it stops every rank it spawned),
 with a parent-death signal so it never outlives a worker killed with SIGKILL. That signal
@@ -6,6 +6,14 @@ reaches the engine's main process only, so a detached guard process (:class:`_Gr
 also holds every live engine group and SIGKILLs them when the worker is gone, however it
 ended: rank processes never outlive the worker either. Its output goes to the worker log,
 prefixed with the model id; the last lines are kept for errors.
+
+An engine is its process group (:mod:`~sie_worker.worker.launcher.group`): on cpu devices it
+starts on their cores (the affinity its ranks inherit); it gets a scratch folder of its own
+as ``TMPDIR`` (vLLM's rendezvous file store lands there); once it is ready, the processes of
+its group that its engine names as ranks are watched, and one of them exiting ends the
+engine as its own exit does (:attr:`EngineProcess.ended`). Stopping it (SIGTERM to the group,
+SIGKILL after the grace) waits until no process of the group is left, then removes the
+shared-memory files the group used and its scratch folder: nothing of an engine survives it.
 """
 
 from __future__ import annotations
@@ -13,19 +21,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import getpass
 import logging
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 
 import httpx
 import psutil
 
 from sie_worker.errors import LoadFailed, StartupTimeout
+from sie_worker.worker.launcher.group import (
+    group_members,
+    ranks_of,
+    remove_files,
+    shared_memory_of,
+)
 
 __all__ = ["EngineProcess", "OutOfMemory", "PortInUse", "start_group_guard"]
 
@@ -33,6 +52,8 @@ _log = logging.getLogger("sie_worker.engine")
 _PR_SET_PDEATHSIG = 1
 _TAIL_LINES = 40
 _POLL_FAST_S = 0.025
+_GROUP_GONE_S = 5.0  # how long a stop waits for the last process of a killed group
+_RANK_GRACE_S = 0.5  # after a rank's exit, how long the engine's own exit may follow it
 _PORT_IN_USE_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
 # What torch, CUDA and SGLang print when a device has too little memory for an engine.
 _OUT_OF_MEMORY_MARKERS = (
@@ -54,12 +75,25 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-async def _exited(pid: int) -> None:
-    """Wait until process ``pid`` has exited (a pidfd becomes readable; polling without one)."""
+def _preexec(cores: tuple[int, ...] | None) -> Callable[[], None]:
+    """What the child runs between fork and exec: die with the worker, run on ``cores``."""
+
+    def run() -> None:  # pragma: no cover - runs in the child between fork and exec
+        _die_with_parent()
+        if cores:
+            os.sched_setaffinity(0, cores)
+
+    return run
+
+
+async def _exited(pid: int, *, child: bool = True) -> None:
+    """Wait until process ``pid`` has exited (a pidfd becomes readable; polling without one).
+    ``child``: whether it is this process's child (else it is polled by signal 0)."""
     try:
         fd = os.pidfd_open(pid)
     except (OSError, AttributeError):
-        while _running(pid):  # noqa: ASYNC110 - no event to wait on without a pidfd
+        alive = _running if child else _exists
+        while alive(pid):  # noqa: ASYNC110 - no event to wait on without a pidfd
             await asyncio.sleep(0.05)
         return
     loop = asyncio.get_running_loop()
@@ -85,24 +119,63 @@ def _running(pid: int) -> bool:
     return waited == 0
 
 
-# Run as `python -c`: detach (so it is nobody's engine child), then track "+pgid"/"-pgid"
-# lines; end of file means the worker is gone, however it ended: kill what is left.
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _engine_scratch(env: Mapping[str, str]) -> tuple[Path, dict[str, str]]:
+    """A scratch folder for one engine (its ``TMPDIR``, under the worker's) and the engine's
+    environment with it. torch's compile cache keeps its usual home under the worker's
+    temporary folder, so engine restarts still find it."""
+    parent = tempfile.gettempdir()
+    scratch = Path(tempfile.mkdtemp(prefix="sie-engine-", dir=parent))
+    user = getpass.getuser() if hasattr(os, "getuid") else "user"
+    cache = env.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(parent, f"torchinductor_{user}")
+    return scratch, {**env, "TMPDIR": str(scratch), "TORCHINDUCTOR_CACHE_DIR": cache}
+
+
+# Run as `python -c`: detach (so it is nobody's engine child), then track lines "+pgid
+# [scratch folder]" (an engine group), "=pgid path" (a shared-memory file it uses) and
+# "-pgid" (stopped and cleaned up by the worker); end of file means the worker is gone,
+# however it ended: kill what is left and remove its files.
 _GUARD_SCRIPT = """
-import os, signal, sys
+import os, shutil, signal, sys
 if os.fork():
     os._exit(0)
-groups = set()
+groups = {}
 for line in sys.stdin.buffer:
+    head, _, rest = line.rstrip(b"\\n").partition(b" ")
     try:
-        pgid = int(line[1:])
+        pgid = int(head[1:])
     except ValueError:
         continue
-    (groups.add if line[:1] == b"+" else groups.discard)(pgid)
+    path = os.fsdecode(rest) if rest else None
+    if head[:1] == b"+":
+        groups[pgid] = [path] if path else []
+    elif head[:1] == b"=" and path and pgid in groups:
+        groups[pgid].append(path)
+    else:
+        groups.pop(pgid, None)
 for pgid in groups:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
+for paths in groups.values():
+    for path in paths:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 """
 
 
@@ -125,9 +198,14 @@ class _GroupGuard:
             self._started = True
             self._pipe = _start_guard()
 
-    def add(self, pgid: int) -> None:
+    def add(self, pgid: int, scratch: Path | None = None) -> None:
         self.start()  # already started by the worker's lifespan; a fallback for direct use
-        self._send(b"+%d\n" % pgid)
+        self._send(b"+%d%s\n" % (pgid, b" " + os.fsencode(scratch) if scratch else b""))
+
+    def files(self, pgid: int, paths: Iterable[Path]) -> None:
+        """Files the group uses, removed with it if the worker dies first."""
+        for path in paths:
+            self._send(b"=%d %s\n" % (pgid, os.fsencode(path)))
 
     def remove(self, pgid: int) -> None:
         self._send(b"-%d\n" % pgid)
@@ -188,35 +266,60 @@ class OutOfMemory(LoadFailed):
 class EngineProcess:
     """A running engine. Create with :meth:`start`; always finish with :meth:`stop`."""
 
-    def __init__(self, model: str, process: asyncio.subprocess.Process, port: int) -> None:
+    def __init__(
+        self,
+        model: str,
+        process: asyncio.subprocess.Process,
+        port: int,
+        *,
+        ranks: re.Pattern[str] | None = None,
+        scratch: Path | None = None,
+    ) -> None:
         self.model = model
         self.port = port
         self.process = process
         self.tail: deque[str] = deque(maxlen=_TAIL_LINES)
         self.stopping = False
         self.started_at = time.monotonic()
+        self.shared_memory: set[Path] = set()  # /dev/shm files its group was seen using
+        self._rank_pattern = ranks
+        self._scratch = scratch
+        self._rank_watchers: list[asyncio.Task[None]] = []
+        self._rank_gone: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._reader = asyncio.create_task(self._relay_output(), name=f"engine-log:{model}")
         self._exited = asyncio.create_task(self._wait_exit(), name=f"engine-wait:{model}")
+        self._ended = asyncio.create_task(self._wait_end(), name=f"engine-end:{model}")
 
     @classmethod
     async def start(
-        cls, model: str, argv: Sequence[str], env: Mapping[str, str], port: int
+        cls,
+        model: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        port: int,
+        *,
+        cores: tuple[int, ...] | None = None,
+        ranks: re.Pattern[str] | None = None,
     ) -> EngineProcess:
+        """Start the engine in a process group of its own, on ``cores`` (cpu devices);
+        ``ranks``: the titles of its processes to watch once it is ready."""
+        scratch, env = _engine_scratch(env)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
-                env=dict(env),
+                env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_preexec(cores),
             )
         except OSError as exc:
+            shutil.rmtree(scratch, ignore_errors=True)
             raise LoadFailed(f"{model}: cannot start engine {argv[0]!r}: {exc}") from exc
         _log.info("%s: engine started (pid %d, port %d)", model, process.pid, port)
-        _guard.add(process.pid)  # its own session: the group id is its pid
-        return cls(model, process, port)
+        _guard.add(process.pid, scratch)  # its own session: the group id is its pid
+        return cls(model, process, port, ranks=ranks, scratch=scratch)
 
     @property
     def pid(self) -> int:
@@ -230,6 +333,12 @@ class EngineProcess:
     def exited(self) -> asyncio.Task[int]:
         """Completes with the exit code when the engine's main process ends."""
         return self._exited
+
+    @property
+    def ended(self) -> asyncio.Task[str]:
+        """Completes, with why, when the engine's main process ends or one of its ranks
+        does (after :meth:`watch_ranks`)."""
+        return self._ended
 
     @property
     def base_url(self) -> str:
@@ -263,6 +372,7 @@ class EngineProcess:
                 # sharing the network namespace) may have taken the port after our bind
                 # test; our engine then exits with "address already in use".
                 if response.status_code == 200 and self._owns_port():
+                    self.watch_ranks()
                     return
             except httpx.HTTPError:
                 pass
@@ -272,9 +382,27 @@ class EngineProcess:
             # load), then back off: a large model takes minutes and polls cost a little each.
             delay = min(delay * 1.5, _POLL_FAST_S if time.monotonic() - started < 10 else 0.5)
 
+    def watch_ranks(self) -> None:
+        """Note the group's ranks and shared memory (now that it is ready) and watch each
+        rank: one exiting ends the engine (:attr:`ended`)."""
+        members = group_members(self.process.pid)
+        found = shared_memory_of(m.pid for m in members)
+        _guard.files(self.process.pid, found - self.shared_memory)
+        self.shared_memory |= found
+        for rank in ranks_of(members, self._rank_pattern):
+            self._rank_watchers.append(
+                asyncio.create_task(
+                    self._watch_rank(rank.pid, rank.title), name=f"engine-rank:{self.model}"
+                )
+            )
+
     async def stop(self, grace_s: float) -> int | None:
-        """SIGTERM the process group, SIGKILL it after ``grace_s``; reap; return the exit code."""
+        """SIGTERM the process group, SIGKILL it after ``grace_s``; reap; wait until no process
+        of the group is left; remove its shared memory and scratch folder; return the main
+        process's exit code."""
         self.stopping = True
+        # Read while the group still runs: which shared-memory files it maps.
+        self.shared_memory |= shared_memory_of(m.pid for m in group_members(self.process.pid))
         if not self._exited.done():
             self._signal_group(signal.SIGTERM)
             try:
@@ -284,9 +412,45 @@ class EngineProcess:
         # Kill whatever is left in the group (ranks the main process spawned), then reap.
         self._signal_group(signal.SIGKILL)
         code = await self._exited
+        await self._group_gone()
         _guard.remove(self.process.pid)  # the group is killed and its leader reaped
+        for task in self._rank_watchers:
+            task.cancel()
+        await asyncio.gather(*self._rank_watchers, self._ended, return_exceptions=True)
+        removed = remove_files(self.shared_memory)
+        if removed:
+            _log.info(
+                "%s: removed %d shared-memory file(s) of the engine", self.model, len(removed)
+            )
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
         await self._reader_drained()
         return code
+
+    async def _group_gone(self) -> None:
+        """Wait until no process of the group is left (SIGKILLed, they go within moments)."""
+        deadline = time.monotonic() + _GROUP_GONE_S
+        while group_members(self.process.pid):
+            if time.monotonic() > deadline:
+                _log.warning("%s: processes of the engine's group outlive SIGKILL", self.model)
+                return
+            self._signal_group(signal.SIGKILL)
+            await asyncio.sleep(0.02)
+
+    async def _watch_rank(self, pid: int, title: str) -> None:
+        await _exited(pid, child=False)
+        if not self._rank_gone.done():
+            self._rank_gone.set_result(f"its rank process {title!r} (pid {pid}) exited")
+
+    async def _wait_end(self) -> str:
+        waits: set[asyncio.Future[object]] = {self._exited, self._rank_gone}  # type: ignore[arg-type]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if not self._exited.done():
+            # An engine that crashes takes its ranks along: its own exit says more.
+            await asyncio.wait({self._exited}, timeout=_RANK_GRACE_S)
+        if self._exited.done():
+            return f"engine exited unexpectedly with code {self._exited.result()}"
+        return f"engine failed: {self._rank_gone.result()}"
 
     def _owns_port(self) -> bool:
         """Whether a process of this engine listens on its port (True when unknowable)."""

@@ -23,13 +23,15 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from sie_worker.config.engine_families import family_of
 from sie_worker.config.load_options import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import LoadFailed
 from sie_worker.http.upstream import Connections
 from sie_worker.settings import Settings
+from sie_worker.sizing.memory_needs import EngineShare
 from sie_worker.worker.launcher import ports
-from sie_worker.worker.launcher.plan import engine_env, plan_launch
+from sie_worker.worker.launcher.plan import engine_env, engine_of, plan_launch
 from sie_worker.worker.launcher.process import EngineProcess, PortInUse
 
 __all__ = ["PORT_ATTEMPTS", "Booking", "PortBook", "RunningEngine", "StartGate", "start_engine"]
@@ -120,10 +122,10 @@ async def start_engine(
     settings: Settings,
     base_env: Mapping[str, str],
     client: httpx.AsyncClient,
-    share: float | None = None,
+    share: EngineShare | None = None,
 ) -> RunningEngine:
-    """A ready engine for ``served`` on ``devices`` (``share``: its memory share, see
-    :func:`~sie_worker.worker.launcher.plan.plan_launch`). Raises :class:`LoadFailed` (and
+    """A ready engine for ``served`` on ``devices`` (``share``: what it is told of its
+    memory, :func:`~sie_worker.sizing.memory_needs.engine_share`). Raises :class:`LoadFailed` (and
     its kinds: :class:`~sie_worker.worker.launcher.process.OutOfMemory` among them) or
     :class:`~sie_worker.errors.StartupTimeout`; a failed engine is always stopped."""
     declared = options.nccl_port
@@ -139,9 +141,17 @@ async def start_engine(
             port=port,
             nccl_port=nccl_port,
             settings=settings,
-            share=share,
+            share=share.fraction if share is not None else None,
+            kv_cache_gib=share.kv_cache_gib if share is not None else None,
         )
-        engine = await EngineProcess.start(served.id, plan.argv, engine_env(base_env, plan), port)
+        engine = await EngineProcess.start(
+            served.id,
+            plan.argv,
+            engine_env(base_env, plan),
+            port,
+            cores=plan.cores,
+            ranks=family_of(engine_of(options)).rank_processes,
+        )
         try:
             await engine.wait_ready(client, plan.health_path, options.startup_timeout_s)
         except PortInUse as exc:

@@ -64,7 +64,9 @@ def _need(
     totals = [t for t in memory.totals if t is not None]
     if not totals:
         return None
-    fraction, memory_gib = loadtime.get("mem_fraction_static"), loadtime.get("memory_gib")
+    # The engine's declared share: SGLang's of the free memory, vLLM's of the total.
+    key = "gpu_memory_utilization" if engine == "vllm" else "mem_fraction_static"
+    fraction, memory_gib = loadtime.get(key), loadtime.get("memory_gib")
     weights = None
     if engine == "transformers" and memory_gib is None and folder is not None:
         weights = weight_bytes(folder)

@@ -1,11 +1,15 @@
-"""SGLang's command-line options, as its own parsers define them, one table per release.
+"""The engines' command-line options, as their own parsers define them, one table per
+engine release.
 
-The worker never imports SGLang: ``scripts/sglang-options`` writes each release's
-``{option string: dest}`` table, and each dest's action (kind, value type, choices), from
-SGLang's real parser into ``data/sglang-options-<version>.json``, one per release a bundle
-runs (0.5.23 and 0.5.10.post1). :func:`resolve` matches a token exactly as SGLang's argparse
-does (``allow_abbrev`` on: ``--tp=2`` sets ``--tp-size`` because ``--tp`` is its unique
-prefix); :func:`table_for` finds a release's table.
+The worker never imports an engine: ``scripts/sglang-options`` and ``scripts/vllm-options``
+write each release's ``{option string: dest}`` table, and each dest's action (kind, value
+type, choices), from the engine's real parser into ``data/<engine>-options-<version>.json``,
+one per release a bundle runs (SGLang 0.5.23 and 0.5.10.post1, vLLM 0.32.0).
+:func:`resolve` matches a token exactly as the engine's argparse does (``allow_abbrev`` on:
+``--tp=2`` sets SGLang's ``--tp-size`` because ``--tp`` is its unique prefix; ``-t`` sets
+vLLM's ``-tp``); a ``flexible`` table (vLLM's FlexibleArgumentParser) first turns the
+underscores of an option's name into dashes and reads ``--name.key value`` as ``--name``.
+:func:`table_for` finds a release's table.
 """
 
 from __future__ import annotations
@@ -25,13 +29,19 @@ __all__ = [
     "OptionTable",
     "disables_cuda_graph",
     "flag_value",
+    "flexible_option",
     "option_tables",
     "resolve",
     "table_for",
 ]
 
 _DATA = Path(__file__).resolve().parent / "data"
-_TABLE_FILE = re.compile(r"^sglang-options-(?P<version>[0-9][0-9A-Za-z.+-]*)\.json$")
+_TABLE_FILE = re.compile(
+    r"^(?P<engine>sglang|vllm)-options-(?P<version>[0-9][0-9A-Za-z.+-]*)\.json$"
+)
+# vLLM's FlexibleArgumentParser: the option's name up to its first "." (the key of a
+# ``--name.key value`` JSON argument), whose underscores it turns into dashes.
+_NAME = re.compile(r"(?<=--)[^.]*")
 
 
 @dataclass(frozen=True)
@@ -46,13 +56,15 @@ class Action:
 
 @dataclass(frozen=True)
 class OptionTable:
-    """One SGLang release's ``{option string: dest}`` and ``{dest: Action}``; ``complete`` is
-    False for the fallback."""
+    """One engine release's ``{option string: dest}`` and ``{dest: Action}``; ``complete`` is
+    False for the fallback; ``flexible``: vLLM's parser (see the module docstring)."""
 
     version: str
     options: Mapping[str, str]
     complete: bool = True
     actions: Mapping[str, Action] = field(default_factory=dict)
+    engine: str = "sglang"
+    flexible: bool = False
 
     def has(self, option: str) -> bool:
         """Whether ``option`` is one of this release's option strings (spelled out)."""
@@ -94,18 +106,41 @@ def resolve(token: str, table: OptionTable) -> FlagMatch:
     """Resolve ``token`` like argparse (``allow_abbrev=True``, ``prefix_chars='-'``).
 
     Exact option string first (also before the ``=``), else every option string that starts
-    with the part before ``=``. Single-dash tokens cannot reach SGLang's long options, and a
-    token with a space and no ``=`` is a positional value to argparse.
+    with the part before ``=`` (``--`` tokens) or with the whole token (``-`` tokens, which
+    also match a two-character option followed by its value, ``-n2``). A token with a space
+    and no ``=`` is a positional value to argparse. A flexible table reads the token as vLLM
+    hands it on (:func:`flexible_option`).
     """
+    if table.flexible:
+        token = flexible_option(token)
     if token in table.options:
         return FlagMatch(token, (token,), (table.options[token],))
-    if not token.startswith("--") or (" " in token and "=" not in token):
+    if len(token) < 2 or token[0] != "-" or (" " in token and "=" not in token):
         return FlagMatch(token, (), ())
-    option = token.split("=", 1)[0]
-    if option in table.options:
+    if "=" in token and (option := token.split("=", 1)[0]) in table.options:
         return FlagMatch(token, (option,), (table.options[option],))
-    hits = sorted(s for s in table.options if s.startswith(option))
+    if token.startswith("--"):
+        prefix = token.split("=", 1)[0]
+        hits = sorted(s for s in table.options if s.startswith(prefix))
+    else:
+        short, prefix = token[:2], token
+        hits = sorted(s for s in table.options if s == short or s.startswith(prefix))
     return FlagMatch(token, tuple(hits), tuple(table.options[s] for s in hits))
+
+
+def flexible_option(token: str) -> str:
+    """What vLLM's FlexibleArgumentParser passes argparse for ``token``: underscores of the
+    option's name made dashes (``--tensor_parallel_size=2`` -> ``--tensor-parallel-size=2``),
+    and a ``--name.key`` JSON argument as ``--name``; ``-O3`` is ``--optimization-level``."""
+    if token.startswith("--"):
+        key, equals, value = token.partition("=")
+        key = _NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1)
+        if "." in key:  # --name.key value: argparse sees --name '{"key": value}'
+            return key.split(".", 1)[0]
+        return key + equals + value
+    if token.startswith("-O") and len(token) > 2:
+        return "--optimization-level"
+    return token
 
 
 def flag_value(args: Sequence[str], dests: Collection[str], table: OptionTable) -> str | None:
@@ -122,8 +157,7 @@ def flag_value(args: Sequence[str], dests: Collection[str], table: OptionTable) 
 
 
 @cache
-def option_tables() -> tuple[OptionTable, ...]:
-    """The shipped tables, newest SGLang first (empty when none ships)."""
+def _all_tables() -> tuple[OptionTable, ...]:
     tables: list[OptionTable] = []
     if _DATA.is_dir():
         for path in _DATA.iterdir():
@@ -132,6 +166,8 @@ def option_tables() -> tuple[OptionTable, ...]:
                 continue
             data = json.loads(path.read_text(encoding="utf-8"))
             options = {str(k): str(v) for k, v in data["options"].items()}
+            # argparse's own, which every engine's parser has: they make prefixes ambiguous.
+            options |= {"-h": "help", "--help": "help"}
             actions = {
                 str(dest): Action(
                     str(entry["kind"]),
@@ -140,14 +176,27 @@ def option_tables() -> tuple[OptionTable, ...]:
                 )
                 for dest, entry in data.get("actions", {}).items()
             }
-            tables.append(OptionTable(match.group("version"), options, actions=actions))
+            tables.append(
+                OptionTable(
+                    match.group("version"),
+                    options,
+                    actions=actions,
+                    engine=match.group("engine"),
+                    flexible=bool(data.get("flexible", False)),
+                )
+            )
     tables.sort(key=lambda t: version_key(t.version), reverse=True)
     return tuple(tables)
 
 
-def table_for(version: str) -> OptionTable | None:
-    """The shipped table of this exact SGLang release, else None (not shipped)."""
-    for table in option_tables():
+def option_tables(engine: str = "sglang") -> tuple[OptionTable, ...]:
+    """The shipped tables of one engine, newest release first (empty when none ships)."""
+    return tuple(t for t in _all_tables() if t.engine == engine)
+
+
+def table_for(version: str, engine: str = "sglang") -> OptionTable | None:
+    """The shipped table of this exact release of ``engine``, else None (not shipped)."""
+    for table in option_tables(engine):
         if table.version == version:
             return table
     return None

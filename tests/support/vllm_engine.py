@@ -1,0 +1,80 @@
+"""The real vLLM of the tests: the community CPU build in ``.venv-vllm`` (scripts/setup-vllm),
+a tiny Llama it can serve (attention heads of 32, as vLLM's CPU attention needs), and model
+configs for it.
+
+Tests that use it are marked ``vllm`` and run in their own ``make test`` step (a TP=2 engine
+takes both cores of the machines here). A missing ``.venv-vllm`` fails them, saying how to
+make it: a real engine that cannot start is never skipped.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.repo import ROOT
+from tests.support.tiny_models import build_tiny_llama
+
+__all__ = [
+    "VLLM_GENERATION",
+    "VLLM_PYTHON",
+    "tiny_vllm_llama",
+    "vllm_command",
+    "vllm_model",
+]
+
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+VLLM_GENERATION = "sie_server.adapters.vllm.generation:VLLMGenerationAdapter"
+# What a tiny model needs on the 2-core machines here: no graph capture, a small batch, and
+# a small share of a cpu device (its KV cache: 1 GiB per rank).
+_LOADTIME = {"enforce_eager": True, "gpu_memory_utilization": 0.05}
+_ARGS = ["--max-num-seqs", "4"]
+
+
+def vllm_command() -> str:
+    """``SIE_VLLM_COMMAND`` for the worker under test: the CPU build's API server."""
+    if not VLLM_PYTHON.is_file():
+        pytest.fail(
+            f"{VLLM_PYTHON} is missing: the real-engine tests need vLLM's CPU build; run "
+            "scripts/setup-vllm (make test does)"
+        )
+    return shlex.join([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"])
+
+
+def tiny_vllm_llama(root: Path) -> Path:
+    """The tiny Llama with 32-wide heads (4 heads over 2 KV heads: widths 1 and 2)."""
+    target = root / "tiny-llama-32"
+    if not (target / "config.json").is_file():
+        build_tiny_llama(target, head_dim=32)
+    return target
+
+
+def vllm_model(
+    sie_id: str,
+    model_path: Path,
+    *,
+    width: int = 1,
+    args: list[str] | None = None,
+    **loadtime: Any,
+) -> dict[str, Any]:
+    """A config of ``model_path`` served by vLLM at ``width``."""
+    options: dict[str, Any] = {**_LOADTIME, "tensor_parallel_size": width, **loadtime}
+    options.setdefault("startup_timeout_s", 240)
+    options.setdefault("request_read_timeout_s", 120)
+    return {
+        "sie_id": sie_id,
+        "model_path": str(model_path),
+        "max_sequence_length": 256,
+        "tasks": {"generate": {"max_output_tokens": 64}},
+        "profiles": {
+            "default": {
+                "adapter_path": VLLM_GENERATION,
+                "compute_precision": "bfloat16",
+                "extra_launch_args": [*_ARGS, *(args or [])],
+                "adapter_options": {"loadtime": options},
+            }
+        },
+    }

@@ -1,0 +1,104 @@
+"""The engines this image runs, as data: one :class:`EngineFamily` per engine kind.
+
+One placement, one launcher, one proxy serve every engine; what differs between them is
+here (and in each engine's option table and argv builder, which this names):
+
+- ``sglang`` (bundles ``sglang``, ``sglang-cu130``): ``python -m sglang.launch_server`` or
+  the ``SIE_SGLANG_COMMAND`` prefix; ranks ``sglang::*``;
+- ``vllm`` (bundle ``vllm``): ``python -m vllm.entrypoints.openai.api_server`` or the
+  ``SIE_VLLM_COMMAND`` prefix; ranks ``VLLM::*`` (its engine core and one worker per rank);
+- ``transformers`` (bundle ``default``): ``python -m sie_worker.engines.transformers``, one
+  process.
+
+Every engine is ready when its ``/health`` answers 200 and serves the OpenAI routes; SGLang
+and vLLM export their own ``/metrics`` (``sglang:*``, ``vllm:*``), which the worker passes
+through. A request's LoRA adapter reaches SGLang and the default engine as ``lora_path``,
+vLLM as the request's ``model`` (:attr:`EngineFamily.lora_as_model`). The processes an engine
+starts whose title matches :attr:`EngineFamily.rank_processes` are watched as its ranks: one
+of them exiting fails the model, as the engine's own exit does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from sie_server.adapters.base import EngineKind
+from sie_worker.config import sglang_release, vllm_release
+
+__all__ = [
+    "BUNDLE_ENGINES",
+    "FAMILIES",
+    "IMAGE_BUNDLES",
+    "EngineFamily",
+    "bundle_engine",
+    "family_of",
+]
+
+
+@dataclass(frozen=True)
+class EngineFamily:
+    kind: EngineKind
+    label: str  # for messages: "SGLang", "vLLM", "the default engine"
+    module: str  # run as `python -m <module>`
+    command_variable: str | None  # the prefix that replaces `python -m <module>`
+    bundles: tuple[str, ...]  # the image bundles that carry it
+    exports_metrics: bool  # serves its own /metrics
+    lora_as_model: bool  # a request names its LoRA adapter as `model` (else `lora_path`)
+    rank_processes: re.Pattern[str] | None  # titles of the processes watched as its ranks
+    health_path: str = "/health"
+
+
+FAMILIES: Mapping[EngineKind, EngineFamily] = MappingProxyType(
+    {
+        "sglang": EngineFamily(
+            kind="sglang",
+            label="SGLang",
+            module="sglang.launch_server",
+            command_variable="SIE_SGLANG_COMMAND",
+            bundles=tuple(sorted(sglang_release.BUNDLE_VERSIONS)),
+            exports_metrics=True,
+            lora_as_model=False,
+            # SGLang titles its scheduler and detokenizer processes "sglang::scheduler_TP0"...
+            rank_processes=re.compile(r"^sglang::"),
+        ),
+        "vllm": EngineFamily(
+            kind="vllm",
+            label="vLLM",
+            module="vllm.entrypoints.openai.api_server",
+            command_variable="SIE_VLLM_COMMAND",
+            bundles=tuple(sorted(vllm_release.BUNDLE_VERSIONS)),
+            exports_metrics=True,
+            lora_as_model=True,
+            # "VLLM::EngineCore", "VLLM::Worker_TP0" ... (setproctitle)
+            rank_processes=re.compile(r"^VLLM::"),
+        ),
+        "transformers": EngineFamily(
+            kind="transformers",
+            label="the default engine",
+            module="sie_worker.engines.transformers",
+            command_variable=None,
+            bundles=("default",),
+            exports_metrics=False,
+            lora_as_model=False,
+            rank_processes=None,
+        ),
+    }
+)
+# The engine each bundle of this image runs; a bundle of another name (a custom image) is
+# taken for an SGLang one, as before vLLM was served.
+BUNDLE_ENGINES: Mapping[str, EngineKind] = MappingProxyType(
+    {bundle: family.kind for family in FAMILIES.values() for bundle in family.bundles}
+)
+IMAGE_BUNDLES: tuple[str, ...] = ("default", *sorted(b for b in BUNDLE_ENGINES if b != "default"))
+
+
+def family_of(kind: EngineKind) -> EngineFamily:
+    return FAMILIES[kind]
+
+
+def bundle_engine(bundle: str) -> EngineKind:
+    """The engine the bundle's image runs (``default``: the transformers engine)."""
+    return BUNDLE_ENGINES.get(bundle, "sglang")

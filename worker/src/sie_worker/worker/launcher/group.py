@@ -1,0 +1,114 @@
+"""What an engine's process group holds, read from ``/proc``: its processes, the ones that are
+its ranks, and the shared-memory files they use.
+
+A real engine is several processes (vLLM: an API server, an engine core, one worker per rank,
+a resource tracker) in the group the launcher started it in. They share memory through files
+in ``/dev/shm`` (vLLM's CPU all-reduce, its message queues), which a process killed by a
+signal never unlinks: the launcher reads which files the group maps or holds open while it
+runs (:func:`shared_memory_of`) and removes them once the group is gone
+(:func:`remove_files`). Linux only; elsewhere every reading is empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SHM", "Member", "group_members", "ranks_of", "remove_files", "shared_memory_of"]
+
+SHM = Path("/dev/shm")
+_PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Member:
+    pid: int
+    title: str  # its first argv word: the title setproctitle gives it (VLLM::Worker_TP0)
+
+
+def group_members(pgid: int, proc: Path = _PROC) -> list[Member]:
+    """The live processes of process group ``pgid`` (zombies left out)."""
+    found: list[Member] = []
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        stat = _stat(entry)
+        if stat is None:
+            continue
+        state, group = stat
+        if group == pgid and state != "Z":
+            found.append(Member(int(entry.name), _title(entry)))
+    return sorted(found, key=lambda m: m.pid)
+
+
+def ranks_of(members: Iterable[Member], pattern: re.Pattern[str] | None) -> list[Member]:
+    """The members whose title matches the engine's rank pattern."""
+    if pattern is None:
+        return []
+    return [m for m in members if pattern.search(m.title)]
+
+
+def shared_memory_of(pids: Iterable[int], proc: Path = _PROC, shm: Path = SHM) -> set[Path]:
+    """The files under ``shm`` that these processes map or hold open."""
+    found: set[Path] = set()
+    prefix = f"{shm}/"
+    for pid in pids:
+        base = proc / str(pid)
+        with contextlib.suppress(OSError):
+            for line in (base / "maps").read_text(errors="replace").splitlines():
+                fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+                path = fields[5].strip().removesuffix(" (deleted)") if len(fields) == 6 else ""
+                if path.startswith(prefix):
+                    found.add(Path(path))
+        with contextlib.suppress(OSError):
+            for fd in (base / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith(prefix):
+                        found.add(Path(target.removesuffix(" (deleted)")))
+    return found
+
+
+def remove_files(paths: Iterable[Path]) -> list[Path]:
+    """Unlink the files that still exist; the ones removed."""
+    removed: list[Path] = []
+    for path in sorted(paths):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _stat(entry: Path) -> tuple[str, int] | None:
+    """``(state, pgid)`` from ``/proc/<pid>/stat`` (the name may hold spaces and parens)."""
+    try:
+        text = (entry / "stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    try:
+        return fields[0], int(fields[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def _title(entry: Path) -> str:
+    try:
+        raw = (entry / "cmdline").read_bytes()
+    except OSError:
+        raw = b""
+    title = raw.split(b"\0", 1)[0].decode(errors="replace").strip()
+    if title:
+        return title
+    try:
+        return (entry / "comm").read_text().strip()
+    except OSError:
+        return ""
