@@ -8,6 +8,7 @@
 #   default       transformers, CPU or one GPU          requirements/bundle-default.txt
 #   sglang        SGLang 0.5.10.post1, CUDA 12.8        requirements/bundle-sglang.txt
 #   sglang-cu130  SGLang 0.5.23, CUDA 13.0              requirements/bundle-sglang-cu130.txt
+#   vllm          vLLM 0.32.0 (official wheel), CUDA 13 requirements/bundle-vllm.txt
 #
 # Every Python package comes from its lock; the worker's own dependencies carry the versions
 # of requirements/dev.txt, the lock the tests run with (scripts/lock compiles the bundle locks
@@ -68,11 +69,18 @@ RUN uv venv --managed-python /opt/venv \
       -r requirements/bundle-sglang-cu130.txt \
  && uv pip install --python /opt/venv/bin/python --no-deps /dist/*.whl
 
+FROM build-cuda AS build-vllm
+COPY requirements/bundle-vllm.txt requirements/
+RUN uv venv --managed-python /opt/venv \
+ && uv pip install --python /opt/venv/bin/python --require-hashes --no-deps \
+      -r requirements/bundle-vllm.txt \
+ && uv pip install --python /opt/venv/bin/python --no-deps /dist/*.whl
+
 # ------------------------------------------------------------------------- runtime stages
-# The SGLang bundles' bases, one per CUDA major. Triton (SGLang's kernels) compiles a small
+# The GPU bundles' bases, one per CUDA major (vLLM runs on the CUDA 13 one, as its torch). Triton (SGLang's kernels) compiles a small
 # C launcher the first time it runs a kernel, so these stages carry a C compiler and libc
 # headers and nothing else of a toolchain; libnuma1 is loaded by SGLang's kernels.
-FROM ${CUDA12_IMAGE} AS sglang-base-cu12
+FROM ${CUDA12_IMAGE} AS gpu-base-cu12
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates gcc libc6-dev libnuma1 tini \
  && rm -rf /var/lib/apt/lists/* \
@@ -87,7 +95,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /home/sie
 EXPOSE 8080
 
-FROM ${CUDA13_IMAGE} AS sglang-base-cu13
+FROM ${CUDA13_IMAGE} AS gpu-base-cu13
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates gcc libc6-dev libnuma1 tini \
  && rm -rf /var/lib/apt/lists/* \
@@ -102,7 +110,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /home/sie
 EXPOSE 8080
 
-FROM sglang-base-cu12 AS sglang
+FROM gpu-base-cu12 AS sglang
 ARG CUDA12_IMAGE
 ARG VERSION=0.0.0-dev
 ARG REVISION=unknown
@@ -121,7 +129,7 @@ USER 10001:10001
 ENTRYPOINT ["/usr/bin/tini", "--", "sie-worker"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]
 
-FROM sglang-base-cu13 AS sglang-cu130
+FROM gpu-base-cu13 AS sglang-cu130
 ARG CUDA13_IMAGE
 ARG VERSION=0.0.0-dev
 ARG REVISION=unknown
@@ -136,6 +144,25 @@ LABEL org.opencontainers.image.title="sie-worker (sglang-cu130)" \
       io.sie-workers.bundle="sglang-cu130"
 COPY --from=build-sglang-cu130 /opt/venv /opt/venv
 ENV SIE_BUNDLE=sglang-cu130
+USER 10001:10001
+ENTRYPOINT ["/usr/bin/tini", "--", "sie-worker"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]
+
+FROM gpu-base-cu13 AS vllm
+ARG CUDA13_IMAGE
+ARG VERSION=0.0.0-dev
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="sie-worker (vllm)" \
+      org.opencontainers.image.description="sie-workers GPU worker, vLLM 0.32.0 bundle for CUDA 13" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="https://github.com/sie-workers/sie-workers" \
+      org.opencontainers.image.url="https://github.com/sie-workers/sie-workers" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="${CUDA13_IMAGE}" \
+      io.sie-workers.bundle="vllm"
+COPY --from=build-vllm /opt/venv /opt/venv
+ENV SIE_BUNDLE=vllm
 USER 10001:10001
 ENTRYPOINT ["/usr/bin/tini", "--", "sie-worker"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]

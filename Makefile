@@ -3,7 +3,7 @@
 .DEFAULT_GOAL := help
 .PHONY: help run test bench soak setup setup-tools lock version image images clean-tools
 
-BUNDLES := default sglang sglang-cu130
+BUNDLES := default sglang sglang-cu130 vllm
 IMAGE ?= ghcr.io/sie-workers/sie-worker
 VERSION := $(shell cat VERSION)
 

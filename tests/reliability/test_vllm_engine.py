@@ -25,7 +25,7 @@ from openai import OpenAI
 from tests.reliability._support import Launcher, Worker, engine_of
 from tests.support.sie_sdk import SdkRunner
 from tests.support.tiny_models import minilm_model_dir
-from tests.support.vllm_engine import tiny_vllm_llama, vllm_command, vllm_model
+from tests.support.vllm_engine import vllm_command, vllm_model
 from tests.support.worker_fixtures import wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -38,11 +38,13 @@ SHM = Path("/dev/shm")
 
 
 @pytest.fixture(scope="module")
-def worker(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -> Worker:
-    model = tiny_vllm_llama(tmp_path_factory.mktemp("vllm-models"))
+def worker(
+    module_launcher: Launcher, tiny_vllm_llama_dir: Path, tiny_vllm_lora_dir: Path
+) -> Worker:
+    model, lora = tiny_vllm_llama_dir, tiny_vllm_lora_dir
     configs = [
         vllm_model(TP2, model, width=2),
-        vllm_model(TP1, model),
+        vllm_model(TP1, model, lora_paths={"sql": str(lora)}, max_lora_rank=8),
         vllm_model(BAD, model, args=["--max-num-seqs", "many"]),
         {
             "sie_id": MINILM,
@@ -236,6 +238,12 @@ def test_a_width_1_model_evicts_the_group_and_shares_its_device_with_a_default_e
     shared = {d["device"]: d["models"] for d in worker.get("/v1/devices")["devices"]}
     assert sorted(shared[models[TP1]["devices"][0]]) == sorted([TP1, MINILM])
     assert _complete(worker, TP1).status_code == 200
+    # Its LoRA adapter, named as SGLang's clients name one: vLLM gets it as the model.
+    adapted = _complete(worker, f"{TP1}:sql")
+    assert adapted.status_code == 200, adapted.text
+    assert adapted.json()["usage"]["completion_tokens"] == 6
+    unknown = _complete(worker, TP1, lora_path="nope")
+    assert unknown.status_code == 404, unknown.text
     with worker.client(timeout=120) as client:
         embedded = client.post("/v1/embeddings", json={"model": MINILM, "input": "Hello"})
     assert embedded.status_code == 200, embedded.text

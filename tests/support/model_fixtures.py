@@ -66,6 +66,19 @@ def tiny_lora_dirs(
     }
 
 
+@pytest.fixture(scope="session")
+def tiny_vllm_llama_dir(tmp_path_factory: pytest.TempPathFactory, hf_offline: None) -> Path:
+    """The tiny Llama with attention heads 32 wide, as vLLM's CPU attention needs."""
+    return _shared_build(tmp_path_factory, "tiny-llama-32", "--head-dim", "32")
+
+
+@pytest.fixture(scope="session")
+def tiny_vllm_lora_dir(tmp_path_factory: pytest.TempPathFactory, tiny_vllm_llama_dir: Path) -> Path:
+    """A rank-4 LoRA adapter of :func:`tiny_vllm_llama_dir`."""
+    _require("peft", "the default engine's extra (peft) is not installed")
+    return _shared_build(tmp_path_factory, "tiny-lora-32", "--lora", str(tiny_vllm_llama_dir), "1")
+
+
 def _shared_build(factory: pytest.TempPathFactory, name: str, *flags: str) -> Path:
     """``name`` built once per run: per xdist worker it would be once per worker."""
     _require("torch", "the default engine's extra (torch) is not installed")

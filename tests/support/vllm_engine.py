@@ -1,6 +1,6 @@
 """The real vLLM of the tests: the community CPU build in ``.venv-vllm`` (scripts/setup-vllm),
-a tiny Llama it can serve (attention heads of 32, as vLLM's CPU attention needs), and model
-configs for it.
+and model configs for it (the tiny Llama it can serve, with attention heads of 32 as vLLM's
+CPU attention needs, is the ``tiny_vllm_llama_dir`` fixture).
 
 Tests that use it are marked ``vllm`` and run in their own ``make test`` step (a TP=2 engine
 takes both cores of the machines here). A missing ``.venv-vllm`` fails them, saying how to
@@ -16,12 +16,10 @@ from typing import Any
 import pytest
 
 from tests.support.repo import ROOT
-from tests.support.tiny_models import build_tiny_llama
 
 __all__ = [
     "VLLM_GENERATION",
     "VLLM_PYTHON",
-    "tiny_vllm_llama",
     "vllm_command",
     "vllm_model",
 ]
@@ -42,14 +40,6 @@ def vllm_command() -> str:
             "scripts/setup-vllm (make test does)"
         )
     return shlex.join([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"])
-
-
-def tiny_vllm_llama(root: Path) -> Path:
-    """The tiny Llama with 32-wide heads (4 heads over 2 KV heads: widths 1 and 2)."""
-    target = root / "tiny-llama-32"
-    if not (target / "config.json").is_file():
-        build_tiny_llama(target, head_dim=32)
-    return target
 
 
 def vllm_model(

@@ -73,7 +73,10 @@ def main() -> int:
         # lookup of the token as it is, below.
         with contextlib.suppress(IndexError, ValueError, OSError):
             parser.parse_args([token, "1"])
-        first = captured[0][0] if captured and captured[0] else token
+        # JSON arguments (--name.key) go to the end of what argparse gets: the token's own
+        # reading is the first option there.
+        options = [a for a in (captured[0] if captured else []) if a.startswith("-")]
+        first = options[0] if options else token
         try:
             found = parser._parse_optional(first)
         except _Refused:

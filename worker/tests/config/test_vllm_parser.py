@@ -123,6 +123,8 @@ def _prefix_tokens(options: list[str]) -> list[str]:
     tokens |= {f"{t}=1" for t in list(tokens)}
     tokens |= {t.replace("-", "_").replace("__", "--", 1) for t in list(tokens)}
     tokens |= {"--tensor-parallel-size.x", "--compilation-config.mode", "-O3", "-tp2", "--tp 2"}
+    tokens |= {f"{s}.x" for s in options if not s.startswith("--")}  # -tp.x is -tp to vLLM
+    tokens |= {"-n2", "-n\t2", "-r.x=1", "-d.x", "-tp.x=2"}
     return sorted(tokens)
 
 

@@ -131,7 +131,8 @@ def resolve(token: str, table: OptionTable) -> FlagMatch:
 def flexible_option(token: str) -> str:
     """What vLLM's FlexibleArgumentParser passes argparse for ``token``: underscores of the
     option's name made dashes (``--tensor_parallel_size=2`` -> ``--tensor-parallel-size=2``),
-    and a ``--name.key`` JSON argument as ``--name``; ``-O3`` is ``--optimization-level``."""
+    a ``--name.key`` (or ``-n.key``) JSON argument as ``--name`` (``-n``); ``-O3`` is
+    ``--optimization-level``."""
     if token.startswith("--"):
         key, equals, value = token.partition("=")
         key = _NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1)
@@ -140,6 +141,9 @@ def flexible_option(token: str) -> str:
         return key + equals + value
     if token.startswith("-O") and len(token) > 2:
         return "--optimization-level"
+    key = token.partition("=")[0]
+    if token.startswith("-") and "." in key:
+        return key.split(".", 1)[0]
     return token
 
 

@@ -156,9 +156,12 @@ def reserved_flag_problem(token: str, tables: Sequence[OptionTable] | None = Non
         why, fix = reasons[reserved[0]]
         if len(reserved) > 1:
             why, fix = "SIE sets placement and listener flags itself", "remove it"
-        # As the parser reads it (vLLM: --tensor_parallel_size is --tensor-parallel-size).
-        option = (flexible_option(token) if table.flexible else token).split("=", 1)[0]
-        if option in table.options:
+        # As the parser reads it (vLLM: --tensor_parallel_size is --tensor-parallel-size);
+        # a short option with its value attached (-n2) sets that option too.
+        read = flexible_option(token) if table.flexible else token
+        option = read.split("=", 1)[0]
+        attached = not read.startswith("--") and match.candidates == (read[:2],)
+        if option in table.options or attached:
             return f"{token!r} sets the reserved flag {names}: {why}; {fix}"
         if not table.complete:
             return f"{token!r} is a prefix of the reserved flag {names}: {why}; {fix}"
