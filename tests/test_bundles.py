@@ -31,6 +31,8 @@ def _engine_package(adapter_path: str) -> str:
     module = adapter_path.partition(":")[0]
     if module == "sie_server.adapters.sglang" or module.startswith("sie_server.adapters.sglang."):
         return "sglang"
+    if module.startswith("sie_server.adapters.vllm."):
+        return "vllm"
     if module == "sie_server.adapters.transformers":
         return "sentence-transformers"
     raise AssertionError(f"{adapter_path}: not an adapter of sie_server.adapters")

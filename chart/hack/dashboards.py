@@ -8,8 +8,8 @@ with the release in the dashboard's uid and title, so two releases' dashboards n
 - ``fleet``: pools and replicas, serving slots, held requests and their age, in-flight and
   queued requests, model states, load time and load outcomes;
 - ``worker``: per model: request rate, duration, time to first token, inter-token latency,
-  in flight, state, the SGLang engine's waiting/running requests, KV cache use and
-  throughput, and device memory;
+  in flight, state, the engine's waiting/running requests, KV cache use and throughput
+  (SGLang's and vLLM's own series), and device memory;
 - ``gateway``: routing decisions, requests and errors by code, held requests, hold time and
   outcomes, request duration, pods by state.
 
@@ -219,23 +219,46 @@ WORKER = (
     ),
     Panel(
         "Engine: waiting and running requests",
-        "SGLang's own queue (sglang:num_queue_reqs) and running batch "
-        "(sglang:num_running_reqs), passed through by the worker.",
+        "The engine's own queue and running batch, passed through by the worker: SGLang's "
+        "sglang:num_queue_reqs and sglang:num_running_reqs, vLLM's vllm:num_requests_waiting "
+        "and vllm:num_requests_running.",
         (
-            (f"sum by (model) (sglang:num_queue_reqs{{{MODEL}}})", "{{model}} waiting"),
-            (f"sum by (model) (sglang:num_running_reqs{{{MODEL}}})", "{{model}} running"),
+            (
+                f"sum by (model) (sglang:num_queue_reqs{{{MODEL}}} "
+                f"or vllm:num_requests_waiting{{{MODEL}}})",
+                "{{model}} waiting",
+            ),
+            (
+                f"sum by (model) (sglang:num_running_reqs{{{MODEL}}} "
+                f"or vllm:num_requests_running{{{MODEL}}})",
+                "{{model}} running",
+            ),
         ),
     ),
     Panel(
         "Engine: KV cache use",
-        "Share of the engine's KV cache in use (sglang:token_usage).",
-        ((f"max by (model) (sglang:token_usage{{{MODEL}}})", "{{model}}"),),
+        "Share of the engine's KV cache in use (SGLang's sglang:token_usage, vLLM's "
+        "vllm:kv_cache_usage_perc).",
+        (
+            (
+                f"max by (model) (sglang:token_usage{{{MODEL}}} "
+                f"or vllm:kv_cache_usage_perc{{{MODEL}}})",
+                "{{model}}",
+            ),
+        ),
         unit="percentunit",
     ),
     Panel(
         "Engine: generation throughput",
-        "Tokens per second the engine generates (sglang:gen_throughput).",
-        ((f"sum by (model) (sglang:gen_throughput{{{MODEL}}})", "{{model}}"),),
+        "Tokens per second the engine generates (SGLang's sglang:gen_throughput; vLLM's "
+        "counter vllm:generation_tokens_total as a rate).",
+        (
+            (
+                f"sum by (model) (sglang:gen_throughput{{{MODEL}}}) or sum by (model) "
+                f"(rate(vllm:generation_tokens_total{{{MODEL}}}{RATE}))",
+                "{{model}}",
+            ),
+        ),
     ),
     Panel(
         "Device memory reserved",

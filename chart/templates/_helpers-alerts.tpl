@@ -52,11 +52,11 @@ Usage: {{ include "sie-workers.alertRules" . | nindent 8 }}
   "summary" "Device {{ $labels.device }} is near its memory budget"
   "description" "The models placed on {{ $labels.device }} of {{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }} reserve {{ $value | humanizePercentage }} of its memory; the next load there evicts a model.") -}}
 {{- $defs = append $defs (dict "key" "engineRequestsWaiting" "alert" "SieEngineRequestsWaiting"
-  "expr" (printf "max by (%s, model) (sglang:num_queue_reqs{%s}) > %v" $container $s $a.engineRequestsWaiting.threshold)
-  "summary" "SGLang engine of {{ $labels.model }} is saturated"
+  "expr" (printf "max by (%s, model) (sglang:num_queue_reqs{%s} or vllm:num_requests_waiting{%s}) > %v" $container $s $s $a.engineRequestsWaiting.threshold)
+  "summary" "Engine of {{ $labels.model }} is saturated"
   "description" "{{ $value }} request(s) wait in the queue of the engine serving {{ $labels.model }} on {{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }}.") -}}
 {{- $defs = append $defs (dict "key" "engineKvCacheFull" "alert" "SieEngineKvCacheFull"
-  "expr" (printf "max by (%s, model) (sglang:token_usage{%s}) > %v" $container $s $a.engineKvCacheFull.threshold)
+  "expr" (printf "max by (%s, model) (sglang:token_usage{%s} or vllm:kv_cache_usage_perc{%s}) > %v" $container $s $s $a.engineKvCacheFull.threshold)
   "summary" "KV cache of {{ $labels.model }} is nearly full"
   "description" "The engine serving {{ $labels.model }} on {{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }} uses {{ $value | humanizePercentage }} of its KV cache.") -}}
 {{- $rules := list -}}

@@ -99,12 +99,12 @@ def test_refusals_name_every_problem_at_once() -> None:
         "--set",
         "workers.pools.l4.shmSize=64Gi",
         "--set-json",
-        'workers.pools.l4.bundles={"vllm": {"minReplicas": 1, "maxReplicas": 1}}',
+        'workers.pools.l4.bundles={"trtllm": {"minReplicas": 1, "maxReplicas": 1}}',
         check=False,
     )
     assert done.returncode != 0
     assert "invalid values (2 problems)" in done.stderr
-    assert "workers.pools.l4.bundles.vllm: unknown bundle" in done.stderr
+    assert "workers.pools.l4.bundles.trtllm: unknown bundle" in done.stderr
     assert "worker memory limit 32Gi" in done.stderr
     assert "sizeLimit 64Gi" in done.stderr
 

@@ -5,7 +5,8 @@ slots) and ``cold`` (one), alerts, dashboards and KEDA on; every KEDA trigger qu
 expression and dashboard panel target is taken from that render. Prometheus scrapes real
 processes with the labels the rendered ServiceMonitors give them (tests/support/prometheus):
 
-- pod ``warm``: router R1 over worker W0 (two devices; fake SGLang engines) and worker W1
+- pod ``warm``: router R1 over worker W0 (two devices; fake engines, ``org/gen``'s with vLLM's
+  metric names, the others with SGLang's) and worker W1
   (one device, a pinned model whose load the test finishes by creating a file);
 - pod ``cold``: router R2 in front of W1 (its worker series are not scraped twice), so the
   cold pool has no ready pod until W1 is;
@@ -240,7 +241,9 @@ def test_every_rendered_query_returns_what_the_scenario_implies(
 
     w0 = start_worker(
         [
-            fake_model("org/gen"),
+            # vLLM's series for one engine, SGLang's for the others: the engine panels and
+            # alerts read both.
+            fake_model("org/gen", env={"FAKE_ENGINE_METRICS": "vllm"}),
             fake_model(
                 "org/queue", env={"FAKE_ENGINE_MAX_RUNNING": "1", "FAKE_ENGINE_KV_TOKENS": "40"}
             ),

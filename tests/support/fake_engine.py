@@ -34,7 +34,11 @@ HTTP surface on ``--host``/``--port`` (HTTP/1.1, keep-alive, chunked streaming):
   counted as waiting), ``sglang:token_usage`` (prompt plus requested tokens of those
   requests over ``FAKE_ENGINE_KV_TOKENS``), ``sglang:gen_throughput`` (tokens/s since the
   previous scrape), ``sglang:cache_hit_rate``; counters ``sglang:num_requests_total``,
-  ``sglang:prompt_tokens_total``, ``sglang:generation_tokens_total``.
+  ``sglang:prompt_tokens_total``, ``sglang:generation_tokens_total``. With
+  ``FAKE_ENGINE_METRICS=vllm`` the same figures in vLLM's names and labels (``model_name``,
+  ``engine``): ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+  ``vllm:kv_cache_usage_perc`` (0..1), counters ``vllm:request_success_total``,
+  ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``.
 - ``GET /_fake/info``: what the engine was started with and has seen: ``argv``, ``parser``,
   ``args`` (every flag given, by argparse dest), ``unknown_args``, ``env``
   (``CUDA_VISIBLE_DEVICES`` plus every ``FAKE_*``, ``SIE_*``, ``SGLANG_*``, ``NCCL_*`` and
@@ -81,6 +85,7 @@ Startup behaviour, from the environment (tests put these in a profile's ``extra_
                                      ``--mem-fraction-static`` is above this share
 ``FAKE_ENGINE_MAX_RUNNING``          /metrics: requests above this count as waiting (queue)
 ``FAKE_ENGINE_KV_TOKENS``            /metrics: the KV cache size in tokens (default 65536)
+``FAKE_ENGINE_METRICS``              /metrics in ``sglang``'s names (default) or ``vllm``'s
 ===================================  ==========================================================
 
 ``--nccl-port`` is bound (as the real rank 0 binds its rendezvous store), so two engines
@@ -231,6 +236,7 @@ class Knobs:
     max_running: int | None = None
     kv_tokens: int = 65536
     ready_file: str | None = None
+    metrics: str = "sglang"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Knobs:
@@ -265,7 +271,15 @@ class Knobs:
             max_running=_env_int(env, "FAKE_ENGINE_MAX_RUNNING"),
             kv_tokens=_env_int(env, "FAKE_ENGINE_KV_TOKENS") or 65536,
             ready_file=env.get("FAKE_ENGINE_READY_FILE") or None,
+            metrics=_metrics_dialect(env),
         )
+
+
+def _metrics_dialect(env: Mapping[str, str]) -> str:
+    dialect = env.get("FAKE_ENGINE_METRICS", "sglang").strip().lower() or "sglang"
+    if dialect not in ("sglang", "vllm"):
+        raise KnobError(f"FAKE_ENGINE_METRICS={dialect!r} is unknown; use sglang or vllm")
+    return dialect
 
 
 def _crash_code(env: Mapping[str, str]) -> int:
@@ -1065,11 +1079,15 @@ class _Engine:
 
 
 class _SglangMetrics:
-    """What ``GET /metrics`` reports, in SGLang's names and labels (see the docstring)."""
+    """What ``GET /metrics`` reports, in SGLang's names and labels, or vLLM's (see the
+    docstring)."""
 
     def __init__(self, served_name: str, knobs: Knobs) -> None:
+        self.vllm = knobs.metrics == "vllm"
         self.labels = (
-            f'engine_type="unified",model_name={json.dumps(served_name)},'
+            f'engine="0",model_name={json.dumps(served_name)}'
+            if self.vllm
+            else f'engine_type="unified",model_name={json.dumps(served_name)},'
             'moe_ep_rank="0",pp_rank="0",tp_rank="0"'
         )
         self.max_running, self.kv_tokens = knobs.max_running, knobs.kv_tokens
@@ -1098,6 +1116,8 @@ class _SglangMetrics:
         count = len(self.held)
         running = count if self.max_running is None else min(count, self.max_running)
         usage = min(1.0, sum(self.held.values()) / self.kv_tokens)
+        if self.vllm:
+            return self._render_vllm(running, count - running, usage)
         lines = []
         for name, kind, value in (
             ("num_running_reqs", "gauge", running),
@@ -1114,6 +1134,24 @@ class _SglangMetrics:
                 f"# HELP sglang:{family} fake engine: {name}",
                 f"# TYPE sglang:{family} {kind}",
                 f"sglang:{name}{{{self.labels}}} {float(value)}",
+            ]
+        return ("\n".join(lines) + "\n").encode()
+
+    def _render_vllm(self, running: int, waiting: int, usage: float) -> bytes:
+        lines = []
+        for name, kind, value in (
+            ("num_requests_running", "gauge", running),
+            ("num_requests_waiting", "gauge", waiting),
+            ("kv_cache_usage_perc", "gauge", usage),
+            ("request_success_total", "counter", self.requests),
+            ("prompt_tokens_total", "counter", self.prompt_tokens),
+            ("generation_tokens_total", "counter", self.generation_tokens),
+        ):
+            family = name.removesuffix("_total")
+            lines += [
+                f"# HELP vllm:{family} fake engine: {name}",
+                f"# TYPE vllm:{family} {kind}",
+                f"vllm:{name}{{{self.labels}}} {float(value)}",
             ]
         return ("\n".join(lines) + "\n").encode()
 

@@ -47,6 +47,21 @@ def test_the_shares_are_what_the_worker_passes_in_that_load_order() -> None:
     assert second.share == sglang_fraction(H100, H100 - first.reserved_bytes, 0.4)
 
 
+def test_vllm_models_reserve_their_utilization_of_the_gpu_and_keep_it_as_their_share() -> None:
+    vllm = [
+        Tenant("v1", "vllm", 1, 30e9, 16e9, declared_fraction=0.45),
+        Tenant("v2", "vllm", 1, 20.3e9, 16e9),
+    ]
+    packing = pack([*vllm, _chat("s", 10.0)], H100)
+    seats = {s.name: s for gpu in packing.gpus for s in gpu}
+    assert (seats["v1"].fraction, seats["v1"].suggested) == (0.45, False)
+    assert seats["v1"].reserved_bytes == memory_need("vllm", H100, mem_fraction=0.45)
+    assert (seats["v2"].fraction, seats["v2"].suggested) == (0.26, True)
+    # vLLM reads its fraction of the total: it gets it unchanged, whatever was placed first.
+    assert (seats["v1"].share, seats["v2"].share) == (0.45, 0.26)
+    assert all(s.engine == "vllm" for s in (seats["v1"], seats["v2"]))
+
+
 def test_groups_claim_whole_gpus_and_unplaceable_models_are_named() -> None:
     tenants = [
         _chat("small", 10.0),

@@ -18,11 +18,22 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:,.1f} GB"
 
 
+# The load-time option that declares an engine's share, and the flag it is passed as.
+_OPTION = {"sglang": "mem_fraction_static", "vllm": "gpu_memory_utilization"}
+_FLAG = {
+    "sglang": "--mem-fraction-static",
+    "vllm": "--gpu-memory-utilization",
+    "transformers": "--cuda-memory-fraction",
+}
+
+
 def _seat_json(seat: Seat) -> dict[str, Any]:
+    option = _OPTION.get(seat.engine, "mem_fraction_static")
     return {
         "model": seat.name,
-        "mem_fraction_static": seat.fraction,
-        "mem_fraction_static_suggested": seat.suggested,
+        "engine": seat.engine,
+        option: seat.fraction,
+        f"{option}_suggested": seat.suggested,
         "reserved_bytes": seat.reserved_bytes,
         "engine_share": seat.share,
     }
@@ -43,7 +54,7 @@ def sharing_json(packing: Packing) -> dict[str, Any]:
 
 def warnings_of(packing: Packing) -> list[str]:
     return [
-        f"{seat.name}: mem_fraction_static {seat.fraction:g} reserves "
+        f"{seat.name}: {_OPTION.get(seat.engine)} {seat.fraction:g} reserves "
         f"{_gb(seat.fraction * packing.gpu_memory_bytes)}, {_gb(seat.short_bytes)} less than "
         "its weights and KV cache need: raise it, or shorten the context or the sequences"
         for gpu in packing.gpus
@@ -55,8 +66,7 @@ def warnings_of(packing: Packing) -> list[str]:
 def _share_text(seat: Seat) -> str:
     if seat.share is None:
         return "does not fit beside the models before it"
-    flag = "--mem-fraction-static" if seat.fraction is not None else "--cuda-memory-fraction"
-    return f"starts with {flag} {seat.share:.3f}"
+    return f"starts with {_FLAG[seat.engine]} {seat.share:.3f}"
 
 
 def sharing_table(packing: Packing) -> str:
@@ -72,7 +82,7 @@ def sharing_table(packing: Packing) -> str:
         label = f"GPU {number}"
         for seat in gpu:
             if seat.fraction is not None:
-                declared = f"mem_fraction_static {seat.fraction:.2f}"
+                declared = f"{_OPTION[seat.engine]} {seat.fraction:.2f}"
                 declared += " (suggested)" if seat.suggested else " (declared)"
             else:
                 declared = "default engine"

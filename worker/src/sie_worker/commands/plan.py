@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(
                 f"note: {key} is not complete in the Hugging Face cache; a load downloads it "
-                "first and starts the engine from its snapshot folder (--model-path); "
+                "first and starts the engine from its snapshot folder; "
                 f"`sie-worker fetch {args.file}` fetches it now",
                 file=sys.stderr,
             )

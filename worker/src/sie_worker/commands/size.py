@@ -217,11 +217,13 @@ def _sharing(reports: list[_size_report.Report]) -> Packing:
         if width is not None:
             width = max(width, report.declared_width)
         loadtime = report.served.profile.loadtime
-        fraction, memory_gib = loadtime.get("mem_fraction_static"), loadtime.get("memory_gib")
+        engine = _engine_of(report.served, settings)
+        key = "gpu_memory_utilization" if engine == "vllm" else "mem_fraction_static"
+        fraction, memory_gib = loadtime.get(key), loadtime.get("memory_gib")
         tenants.append(
             Tenant(
                 name=report.served.id,
-                engine=_engine_of(report.served, settings),
+                engine=engine,
                 width=width,
                 need_bytes=report.plan.total_bytes,
                 weights_bytes=report.weights.bytes,

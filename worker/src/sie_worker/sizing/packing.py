@@ -2,22 +2,24 @@
 
 Each model needs its weights plus the KV cache of its workload (seed 004's arithmetic,
 :mod:`sie_worker.sizing.plan`). On a worker, an SGLang model reserves
-``mem_fraction_static x GPU memory + 1 GiB`` (:mod:`sie_worker.sizing.memory_needs`); the
+``mem_fraction_static x GPU memory + 1 GiB`` and a vLLM model
+``gpu_memory_utilization x GPU memory`` (:mod:`sie_worker.sizing.memory_needs`); the
 fraction to declare is its need over the GPU's memory, rounded up to a hundredth, unless the
 config declares one. The default engine reserves its weights x 1.2 + 1 GiB.
 
 Models are packed first-fit by decreasing reservation into GPUs whose budget is the memory x
 the worker's pressure threshold (``SIE_MEMORY_PRESSURE_THRESHOLD_PERCENT``, 95); a model
 alone on a GPU always fits. In that load order the worker passes each SGLang engine
-``(f x memory) / free memory at its start``; the default engine caps its CUDA allocator at
-its reservation's share. Models wider than one GPU claim their GPUs whole and share none.
+``(f x memory) / free memory at its start`` and each vLLM engine its ``f`` unchanged (a share
+of the total); the default engine caps its CUDA allocator at its reservation's share.
+Models wider than one GPU claim their GPUs whole and share none.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sie_worker.sizing.memory_needs import (
     EngineKind,
@@ -39,7 +41,8 @@ class Tenant:
     width: int | None  # the width it needs (None: no width holds it)
     need_bytes: float  # weights + KV cache of its workload
     weights_bytes: float
-    declared_fraction: float | None = None  # mem_fraction_static as declared
+    # mem_fraction_static (SGLang) or gpu_memory_utilization (vLLM) as declared
+    declared_fraction: float | None = None
     declared_memory_gib: float | None = None  # the default engine's memory_gib
 
 
@@ -48,7 +51,8 @@ class Seat:
     """A model on a GPU: the reservation the worker makes for it and the share it passes."""
 
     name: str
-    fraction: float | None  # mem_fraction_static (SGLang): declared or suggested
+    fraction: float | None  # SGLang's mem_fraction_static, vLLM's gpu_memory_utilization
+    engine: EngineKind
     suggested: bool  # the fraction is this tool's suggestion (the config declares none)
     reserved_bytes: int
     share: float | None = None  # what its engine is told at start, in the load order
@@ -75,23 +79,24 @@ class Packing:
 
 
 def suggest_fraction(need_bytes: float, gpu_memory_bytes: int) -> float:
-    """``mem_fraction_static`` that holds ``need_bytes``: need / memory, up to a hundredth."""
+    """The fraction (``mem_fraction_static``, ``gpu_memory_utilization``) that holds
+    ``need_bytes``: need / memory, up to a hundredth."""
     return min(math.ceil(need_bytes / gpu_memory_bytes * 100 - 1e-9) / 100, 0.99)
 
 
 def seat_for(tenant: Tenant, gpu_memory_bytes: int) -> Seat:
     """The worker's reservation for ``tenant`` on one GPU (its share not yet known)."""
-    if tenant.engine == "sglang":
+    if tenant.engine != "transformers":
         suggested = tenant.declared_fraction is None
         fraction = (
             suggest_fraction(tenant.need_bytes, gpu_memory_bytes)
             if tenant.declared_fraction is None
             else tenant.declared_fraction
         )
-        reserved = memory_need("sglang", gpu_memory_bytes, mem_fraction=fraction)
+        reserved = memory_need(tenant.engine, gpu_memory_bytes, mem_fraction=fraction)
         short = max(tenant.need_bytes - fraction * gpu_memory_bytes, 0.0)
         assert reserved is not None
-        return Seat(tenant.name, fraction, suggested, reserved, short_bytes=short)
+        return Seat(tenant.name, fraction, tenant.engine, suggested, reserved, short_bytes=short)
     reserved = memory_need(
         "transformers",
         gpu_memory_bytes,
@@ -99,7 +104,7 @@ def seat_for(tenant: Tenant, gpu_memory_bytes: int) -> Seat:
         weights_bytes=math.ceil(tenant.weights_bytes),
     )
     assert reserved is not None
-    return Seat(tenant.name, None, False, reserved)
+    return Seat(tenant.name, None, "transformers", False, reserved)
 
 
 def pack(
@@ -121,33 +126,27 @@ def pack(
                 break
         else:
             bins.append([seat])
-    engines = {t.name: t.engine for t in singles}
-    gpus = tuple(tuple(_with_shares(gpu, engines, gpu_memory_bytes)) for gpu in bins)
+    gpus = tuple(tuple(_with_shares(gpu, gpu_memory_bytes)) for gpu in bins)
     groups = tuple((t.name, t.width) for t in tenants if t.width is not None and t.width > 1)
     unplaceable = tuple(t.name for t in tenants if t.width is None)
     return Packing(gpu_memory_bytes, budget, gpus, groups, unplaceable)
 
 
-def _with_shares(gpu: list[Seat], engines: dict[str, EngineKind], total: int) -> list[Seat]:
+def _with_shares(gpu: list[Seat], total: int) -> list[Seat]:
     placed: list[Seat] = []
     reserved = 0
     for seat in gpu:
-        if engines[seat.name] == "sglang":
+        share: float | None
+        if seat.engine == "sglang":
             try:
-                share: float | None = sglang_fraction(total, total - reserved, seat.fraction)
+                share = sglang_fraction(total, total - reserved, seat.fraction)
             except NoRoomAtStart:
                 share = None
+        elif seat.engine == "vllm":  # a share of the total, if that much is free
+            fits = seat.fraction is not None and seat.reserved_bytes <= total - reserved
+            share = seat.fraction if fits else None
         else:
             share = cuda_cap(seat.reserved_bytes, total)
-        placed.append(
-            Seat(
-                seat.name,
-                seat.fraction,
-                seat.suggested,
-                seat.reserved_bytes,
-                share,
-                seat.short_bytes,
-            )
-        )
+        placed.append(replace(seat, share=share))
         reserved += seat.reserved_bytes
     return placed
