@@ -42,6 +42,7 @@ _NAMES = (
     "gateway",
     "lora",
     "sharing",
+    "vllm",
 )
 
 
@@ -69,6 +70,9 @@ def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
         + ([] if record else ["--no-record"]),
         "lora": [*python, "tests.bench.bench_lora"]
         + (["--rounds", "1", "--seconds", "2"] if quick else [])
+        + ([] if record else ["--no-record"]),
+        "vllm": [*python, "tests.bench.bench_vllm"]
+        + (["--rounds", "3"] if quick else [])
         + ([] if record else ["--no-record"]),
     }
     # The gateway's benchmark writes its own section (## Gateway) of docs/benchmarks.md.

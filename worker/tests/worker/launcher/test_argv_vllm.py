@@ -166,8 +166,8 @@ def test_on_cpu_devices_each_rank_runs_on_its_devices_cores_with_its_kv_cache() 
         "VLLM_CPU_OMP_THREADS_BIND": "0-1|2-3",
         "VLLM_CPU_KVCACHE_SPACE": "1",
     }
-    assert plan.cores == (0, 1, 2, 3)
-    assert plan.summary()["cores"] == "0-3"
+    # vLLM binds its ranks itself; its API server and engine core keep the container's CPUs.
+    assert plan.cores is None
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,9 @@ decoding (as SIE sets it), then the device binding written last: ``CUDA_VISIBLE_
 (the block's GPUs; empty on cpu devices), and on cpu devices vLLM's
 ``VLLM_CPU_OMP_THREADS_BIND`` (one core list per rank, ranks in block order) and
 ``VLLM_CPU_KVCACHE_SPACE`` (its KV cache in GiB, from its share). An engine on cpu devices
-runs on their cores (``cores``: the launcher sets the process's affinity, which its ranks
-inherit).
+runs on their cores: vLLM binds each rank to its list itself (its API server and engine core
+stay on the container's CPUs, as vLLM places them); every other engine gets the block's
+cores as its process's affinity (``cores``), which the processes it starts inherit.
 """
 
 from __future__ import annotations
@@ -60,10 +61,10 @@ class LaunchPlan:
     nccl_port: int | None
     health_path: str  # "/health"
     options: LoadOptions
-    cores: tuple[int, ...] | None = None  # cpu devices: the cores the engine runs on
+    cores: tuple[int, ...] | None = None  # cpu devices: the engine process's affinity
 
     def summary(self) -> dict[str, object]:
-        """What ``sie-worker plan`` prints (``cores`` on cpu devices with known cores)."""
+        """What ``sie-worker plan`` prints (``cores``: the affinity it sets on cpu devices)."""
         summary: dict[str, object] = {
             "model": self.model,
             "width": self.width,
@@ -121,7 +122,7 @@ def plan_launch(
         nccl_port=nccl_port,
         health_path=family_of(engine).health_path,
         options=options,
-        cores=tuple(c for device in cores for c in device) if cores is not None else None,
+        cores=_affinity(engine, cores),
     )
 
 
@@ -160,6 +161,16 @@ def env_delta(
         if kv_cache_gib is not None:
             delta["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
     return delta
+
+
+def _affinity(
+    engine: EngineKind, cores: tuple[tuple[int, ...], ...] | None
+) -> tuple[int, ...] | None:
+    """The engine process's affinity: the block's cores, except for vLLM, which binds its
+    ranks through VLLM_CPU_OMP_THREADS_BIND (see the module docstring)."""
+    if cores is None or engine == "vllm":
+        return None
+    return tuple(c for device in cores for c in device)
 
 
 def engine_env(base_env: Mapping[str, str], plan: LaunchPlan) -> dict[str, str]:
