@@ -135,7 +135,10 @@ def _engine_scratch(env: Mapping[str, str]) -> tuple[Path, dict[str, str]]:
     temporary folder, so engine restarts still find it."""
     parent = tempfile.gettempdir()
     scratch = Path(tempfile.mkdtemp(prefix="sie-engine-", dir=parent))
-    user = getpass.getuser() if hasattr(os, "getuid") else "user"
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a uid with no passwd entry (OpenShift's arbitrary uids)
+        user = str(os.getuid())
     cache = env.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(parent, f"torchinductor_{user}")
     return scratch, {**env, "TMPDIR": str(scratch), "TORCHINDUCTOR_CACHE_DIR": cache}
 
