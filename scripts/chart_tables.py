@@ -8,12 +8,12 @@ worker's own code, never by hand:
 
 - every spelling of a reserved engine flag that one of the shipped SGLang option tables
   resolves (exact option string, unique prefix, ambiguous prefix with a reserved candidate),
-  each with the message ``sie_worker.config.reserved_flags.reserved_flag_problem`` gives;
+  each with the message ``sie_worker.config.flags.reserved_flags.reserved_flag_problem`` gives;
   the same for vLLM's tables (read for a profile with a vLLM adapter; the chart first
   rewrites a token as vLLM's FlexibleArgumentParser does: underscores of the option's name
   to dashes, ``--name.key`` to ``--name``);
 - the device-visibility variables (``sie_worker.config.rules.VISIBILITY_VARIABLES``) and
-  the core-binding ones (``sie_worker.config.launch_rules.BINDING_VARIABLES``);
+  the core-binding ones (``sie_worker.config.flags.launch_rules.BINDING_VARIABLES``);
 - the characters Python's ``str.strip()`` removes, so the chart trims variable names as the
   worker does (Go's TrimSpace knows fewer).
 
@@ -30,9 +30,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sie_worker.config.launch_rules import BINDING_VARIABLES
-from sie_worker.config.option_tables import OptionTable, option_tables
-from sie_worker.config.reserved_flags import (
+from sie_worker.config.flags.launch_rules import BINDING_VARIABLES
+from sie_worker.config.flags.option_tables import OptionTable, option_tables
+from sie_worker.config.flags.reserved_flags import (
     RESERVED_DESTS,
     VLLM_RESERVED_DESTS,
     reserved_flag_problem,
@@ -127,7 +127,7 @@ def render(tables: Sequence[OptionTable] | None = None) -> str:
             "extra_launch_args tokens the worker refuses, by the token's part before the first\n"
             f"'=': every spelling SGLang {releases} resolves to a flag SIE sets itself, with the\n"
             "worker's message (printed after the token). From\n"
-            "sie_worker.config.reserved_flags.reserved_flag_problem.",
+            "sie_worker.config.flags.reserved_flags.reserved_flag_problem.",
             '{{ include "sie-workers.reservedFlagSpellings" . | fromJson }}',
             _json_object(refused_spellings(chosen)),
         ),
@@ -143,7 +143,7 @@ def render(tables: Sequence[OptionTable] | None = None) -> str:
             "engineBindingVariables",
             "Environment variables that bind an engine to its devices' cores, refused in\n"
             "extra_env in any letter case: the launcher writes them. From\n"
-            "sie_worker.config.launch_rules.BINDING_VARIABLES.",
+            "sie_worker.config.flags.launch_rules.BINDING_VARIABLES.",
             '{{ include "sie-workers.engineBindingVariables" . | fromJsonArray }}',
             json.dumps(list(BINDING_VARIABLES)),
         ),

@@ -77,7 +77,7 @@ _FOCUS = (
     "RequestResponseCycle.send",  # uvicorn's per-write cost
     "StreamingResponse.stream_response",  # the whole downstream side of a stream
     "Response.aiter_raw",  # the whole upstream side through httpx: httpcore, h11
-    "StreamResponse.data_received",  # the whole upstream side through stream_client
+    "UpstreamAnswer.data_received",  # the whole upstream side through sie_worker.http.upstream
 )
 _PATHS = ("direct", "nginx", "worker", "router+worker", "worker@baseline")
 _NGINX_CONF = """\

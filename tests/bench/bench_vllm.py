@@ -88,7 +88,7 @@ def _watch_start(found: dict[str, float], stop: threading.Event) -> None:
             continue
         port, process = engine
         found["spawned"] = process.create_time()
-        with httpx.Client(timeout=1.0) as client:
+        with loopback.client(timeout=1.0) as client:
             while not stop.is_set():
                 try:
                     if client.get(f"http://127.0.0.1:{port}/health").status_code == 200:

@@ -514,7 +514,7 @@ def _fix_section(stream: Mapping[str, Any], paths: Sequence[str]) -> list[str]:
     pool = "AsyncConnectionPool._assign_requests_to_connections"
     downstream = "StreamingResponse.stream_response"
     upstream_httpx = "Response.aiter_raw"
-    upstream_raw = "StreamResponse.data_received"
+    upstream_raw = "UpstreamAnswer.data_received"
     lines = [
         "### Profile and fix",
         "",

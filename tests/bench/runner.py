@@ -43,7 +43,11 @@ _NAMES = (
     "lora",
     "sharing",
     "vllm",
+    "hop_cost",
+    "engine_calls",
 )
+# The last commit whose worker sent JSON answers through httpx: engine_calls' "before".
+ENGINE_CALLS_BEFORE = "228d00ec620ad78a221accffece183d0d36247ea"
 
 
 def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
@@ -73,6 +77,12 @@ def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
         + ([] if record else ["--no-record"]),
         "vllm": [*python, "tests.bench.bench_vllm"]
         + (["--rounds", "3"] if quick else [])
+        + ([] if record else ["--no-record"]),
+        # Issue 26's per-hop figures, kept in the run so that a regression shows.
+        "hop_cost": [*python, "tests.bench.bench_hop_cost", "--repeats", "1"]
+        + (["--tokens", "4", "50", "--duration", "2"] if quick else []),
+        "engine_calls": [*python, "tests.bench.bench_engine_calls", "--before", ENGINE_CALLS_BEFORE]
+        + (["--requests", "200", "--repeats", "1"] if quick else [])
         + ([] if record else ["--no-record"]),
     }
     # The gateway's benchmark writes its own section (## Gateway) of docs/benchmarks.md.

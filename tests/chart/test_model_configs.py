@@ -51,7 +51,7 @@ def test_shipped_model_config_matches_the_worker_schema(
 def test_shipped_model_config_passes_the_worker_read_time_rules(
     source: str, name: str, config: dict[str, Any]
 ) -> None:
-    config_module = pytest.importorskip("sie_worker.config.reader")
+    config_module = pytest.importorskip("sie_worker.config.files.reader")
     parsed = config_module.parse_config(config, source=f"{source}:models.{name}")
     assert parsed.sie_id == config["sie_id"]
     assert "default" in parsed.profiles

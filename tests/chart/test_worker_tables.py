@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sie_worker.config.jsonpath import json_path
-from sie_worker.config.option_tables import option_tables
-from sie_worker.config.reserved_flags import (
+from sie_worker.config.files.jsonpath import json_path
+from sie_worker.config.flags.option_tables import option_tables
+from sie_worker.config.flags.reserved_flags import (
     RESERVED_DESTS,
     VLLM_RESERVED_DESTS,
     reserved_flag_problem,

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from sie_worker.config.reader import load_config_dir
+from sie_worker.config.files.reader import load_config_dir
 
 from tests.reliability._support import Launcher, Worker, assert_clean, stream_events
 from tests.support.worker_fixtures import fake_model, wait_until

@@ -23,8 +23,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sie_worker.config.files.reader import load_config_file, parse_config_text
 from sie_worker.config.model import ModelConfig
-from sie_worker.config.reader import load_config_file, parse_config_text
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.worker.config_store import parse_body
 

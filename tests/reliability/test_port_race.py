@@ -16,7 +16,7 @@ import socket
 
 import httpx
 import pytest
-from sie_worker.config.reader import parse_config
+from sie_worker.config.files.reader import parse_config
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.process import EngineProcess, PortInUse

@@ -1,46 +1,56 @@
 """A fault the soak found in the request path: connecting to an engine that just crashed.
 
 When an engine dies while requests are on their way to it, the TCP connect can succeed and
-the connection be reset before httpcore asks for its TLS object; anyio then raises
-``AttributeError: 'NoneType' object has no attribute 'getpeername'`` (its socket is already
-gone) instead of a connect error, and the worker answered ``500 internal_error`` where
-``engine_unavailable`` belongs. Seen about once per second with engines crashing under
-concurrent load (soak, and a 12-client stress with ``fake.die_after``); reproduced here
-deterministically by a transport that fails the same way.
+the connection be reset at once (httpcore with anyio used to raise ``AttributeError`` there,
+and the worker answered ``500 internal_error``). The worker's engine calls now go through
+its own client (``sie_worker.http.upstream``); a reset right after the accept, or before any
+byte of the answer, is still ``engine_unavailable`` (502) and the lease is given back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 
-import httpx
 import pytest
 from sie_worker.errors import EngineUnavailable
 from sie_worker.worker.proxy import Lease, forward
 
 
-def _reset_during_connect(request: httpx.Request) -> httpx.Response:
-    # What httpcore 1.0.9 + anyio 4.16 raise when the peer resets right after accepting.
-    raise AttributeError("'NoneType' object has no attribute 'getpeername'")
+async def _resetting_server() -> tuple[asyncio.Server, int]:
+    """Accepts and resets every connection (SO_LINGER 0: an RST, not a FIN)."""
+
+    def reset(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    server = await asyncio.start_server(reset, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
 
 
-def test_a_connection_reset_while_connecting_is_engine_unavailable_not_500() -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_connection_reset_right_after_the_accept_is_engine_unavailable_not_500(
+    stream: bool,
+) -> None:
     released: list[bool] = []
-    lease = Lease("org/m", "http://127.0.0.1:30001", 5.0, on_release=lambda: released.append(True))
 
     async def send() -> None:
-        transport = httpx.MockTransport(_reset_during_connect)
-        async with httpx.AsyncClient(transport=transport) as client:
+        server, port = await _resetting_server()
+        lease = Lease(
+            "org/m", f"http://127.0.0.1:{port}", 5.0, on_release=lambda: released.append(True)
+        )
+        async with server:
             await forward(
-                client,
                 lease,
                 "/v1/completions",
                 b'{"model": "org/m", "prompt": "x"}',
                 {"content-type": "application/json"},
-                stream=False,
+                stream=stream,
                 request_id="r1",
             )
 
-    with pytest.raises(EngineUnavailable):
+    with pytest.raises(EngineUnavailable, match="org/m: engine connection failed"):
         asyncio.run(send())
     assert released == [True]  # the lease is given back either way

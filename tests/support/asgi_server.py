@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 import uvicorn
+from sie_worker.http.server_protocol import http_protocol
 from starlette.types import ASGIApp
 
 __all__ = ["TcpFront", "serve"]
@@ -33,6 +34,7 @@ async def serve(
     handlers and levels stay (as ``sie-worker serve`` runs it, ``log_config=None``)."""
     config = uvicorn.Config(
         app,
+        http=http_protocol(),  # as the servers run
         host="127.0.0.1",
         port=0,
         # The cancelled requests of a hung test are expected.

@@ -45,7 +45,8 @@ HTTP surface on ``--host``/``--port`` (HTTP/1.1, keep-alive, chunked streaming):
   ``*_VISIBLE_DEVICES`` variable; secrets masked), ``pid``, ``pgid``, ``ppid``, ``children``,
   ``tp_size``, ``model_path``, ``served_model_name``, ``port``, ``nccl_port``, ``ready``,
   ``requests`` (inference requests received), ``requests_by_path``, ``in_flight``,
-  ``cancelled`` (responses the client abandoned), ``recent_request_ids``, ``loras`` (the
+  ``cancelled`` (responses the client abandoned), ``recent_request_ids``,
+  ``last_header_names`` (the header names of the last inference request), ``loras`` (the
   adapter names of ``--lora-paths``), ``recent_adapters`` (each request's adapter), ``knobs``.
 - Inference requests before ready get 503; a ``X-Request-Id`` header is echoed back.
 - A ``model`` of ``base:adapter`` asks for LoRA adapter ``adapter``, as SGLang reads it
@@ -664,6 +665,7 @@ class _Engine:
         self.in_flight = 0
         self.cancelled = 0
         self.recent_ids: deque[str] = deque(maxlen=100)
+        self.last_header_names: list[str] = []
         self.adapters: deque[str | None] = deque(maxlen=100)  # each request's LoRA adapter
         self.children: list[subprocess.Popen[bytes]] = []
         self.shared: list[mmap.mmap] = []  # FAKE_ENGINE_SHM: the ranks' files, mapped here too
@@ -792,6 +794,7 @@ class _Engine:
                 "in_flight": self.in_flight,
                 "cancelled": self.cancelled,
                 "recent_request_ids": list(self.recent_ids),
+                "last_header_names": self.last_header_names,
                 "loras": list(self.args.loras),
                 "recent_adapters": list(self.adapters),
                 "knobs": asdict(self.knobs),
@@ -803,6 +806,7 @@ class _Engine:
 
     def _begin(self, ex: _Exchange) -> tuple[dict[str, Any], FakeOptions]:
         self.requests += 1
+        self.last_header_names = sorted(ex.request.headers)
         request_id = ex.request.headers.get("x-request-id")
         if request_id is not None:
             self.recent_ids.append(request_id)

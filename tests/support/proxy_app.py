@@ -14,7 +14,7 @@ import httpx
 import pytest
 from sie_worker.config.runtime import RequestRuntime
 from sie_worker.errors import SieError
-from sie_worker.http.upstream import Connections
+from sie_worker.http.connections import Connections
 from sie_worker.http.wire import WiredStarlette
 from sie_worker.worker.metrics import StreamTimer
 from sie_worker.worker.proxy import Lease, forward
@@ -74,16 +74,15 @@ def proxy_app(
     releases: Releases,
     *,
     read_timeout: float | None = 5.0,
-    transport: httpx.AsyncBaseTransport | None = None,
     runtime: RequestRuntime | None = None,
     timer: StreamTimer | None = None,
     connections: Connections | None = None,
 ) -> Starlette:
     """``POST /v1/completions`` forwarded to the engine at ``base_url`` for model ``org/m``
     with request id ``rid-1``; ``stream`` as the body says; design errors as JSON. JSON
-    requests go through an httpx client on ``transport`` (e.g. ``httpx.MockTransport``),
-    streams over their own connection to ``base_url``; ``runtime`` is the served model's;
-    ``timer`` times the stream's writes; ``connections``: the engine's kept-alive ones."""
+    answers and streams alike go to ``base_url`` over the engine's kept-alive
+    ``connections`` (None: a new connection per request); ``runtime`` is the served
+    model's; ``timer`` times the stream's writes."""
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()
@@ -95,19 +94,17 @@ def proxy_app(
             timer=None if timer is None else lambda model, started: timer,
             connections=connections,
         )
-        async with httpx.AsyncClient(transport=transport) as client:
-            try:
-                return await forward(
-                    client,
-                    lease,
-                    "/v1/completions",
-                    body,
-                    request.headers,
-                    stream=json.loads(body).get("stream") is True,
-                    request_id="rid-1",
-                    runtime=runtime,
-                )
-            except SieError as error:
-                return JSONResponse(error.body(), status_code=error.status)
+        try:
+            return await forward(
+                lease,
+                "/v1/completions",
+                body,
+                request.headers,
+                stream=json.loads(body).get("stream") is True,
+                request_id="rid-1",
+                runtime=runtime,
+            )
+        except SieError as error:
+            return JSONResponse(error.body(), status_code=error.status)
 
     return WiredStarlette(routes=[Route("/v1/completions", endpoint, methods=["POST"])])

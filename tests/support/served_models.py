@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sie_worker.config.files.reader import parse_config
 from sie_worker.config.model import ServedModel, served_model
-from sie_worker.config.reader import parse_config
 
 __all__ = ["served"]
 

@@ -10,6 +10,7 @@
     ├── MethodNotAllowed     method_not_allowed  405
     ├── PlacementFailed      placement_failed    409
     ├── PayloadTooLarge      payload_too_large   413
+    ├── HeadersTooLarge      headers_too_large   431
     ├── ModelLoading         model_loading       503  (Retry-After)
     ├── UnknownPool          unknown_pool        404  (gateway)
     ├── NoPool               no_pool             409  (gateway)
@@ -40,6 +41,7 @@ __all__ = [
     "EngineTimeout",
     "EngineUnavailable",
     "Forbidden",
+    "HeadersTooLarge",
     "InvalidConfig",
     "InvalidRequest",
     "LoadFailed",
@@ -77,6 +79,7 @@ SIE_ERROR_CODES: Mapping[str, str] = MappingProxyType(
         "method_not_allowed": "METHOD_NOT_ALLOWED",
         "placement_failed": "RESOURCE_EXHAUSTED",
         "payload_too_large": "PAYLOAD_TOO_LARGE",
+        "headers_too_large": "INVALID_INPUT",
         "model_loading": "MODEL_LOADING",
         "load_failed": SIE_LOAD_FAILED,
         "engine_unavailable": "INFERENCE_ERROR",
@@ -207,6 +210,13 @@ class PlacementFailed(SieError):
 class PayloadTooLarge(SieError):
     code = "payload_too_large"
     status = 413
+
+
+class HeadersTooLarge(SieError):
+    """A request head (request line and headers) over 64 KiB."""
+
+    code = "headers_too_large"
+    status = 431
 
 
 class ModelLoading(SieError):

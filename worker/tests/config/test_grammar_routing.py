@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sie_worker.config.files.reader import parse_config
 from sie_worker.config.grammar_routing import grammar_compatible, grammar_profile_for
-from sie_worker.config.reader import parse_config
 
 GEN = "sie_server.adapters.sglang.generation:SGLangGenerationAdapter"
 SPEC_ON = {"speculative": {"enabled": True, "algorithm": "EAGLE"}}

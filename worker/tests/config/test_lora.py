@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sie_worker.config.loadtime import resolve_load_options
+from sie_worker.config.files.reader import parse_config
+from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.lora import (
     NAME_PATTERN,
     LoraAdapter,
@@ -22,7 +23,6 @@ from sie_worker.config.lora import (
     sglang_lora_args,
 )
 from sie_worker.config.model import served_models
-from sie_worker.config.reader import parse_config
 from sie_worker.config.rules import rule_problems
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings

@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sie_worker.config.rules import MAX_WIDTH, rule_problems, valid_widths, width_fits_heads
+from sie_worker.config.rules import rule_problems
+from sie_worker.config.widths import MAX_WIDTH, valid_widths, width_fits_heads
 
 
 def test_width_rule_rejects_widths_outside_1_to_8() -> None:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sie_worker.config.files.reader import parse_config
 from sie_worker.config.model import served_models
-from sie_worker.config.reader import parse_config
 from sie_worker.config.runtime import (
     GRAMMAR_SAMPLING,
     SAMPLING_FIELDS,

@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sie_worker.http.auth import BearerAuth
-from sie_worker.http.body_limit import BodyLimit
+from sie_worker.http.request_limits import RequestLimits
 
 
 async def _echo(request: Request) -> JSONResponse:
@@ -20,7 +20,7 @@ def _app(api_key: str | None = None, max_bytes: int = 64) -> Starlette:
     return Starlette(
         routes=[Route(p, _echo, methods=["GET", "POST"]) for p in ("/healthz", "/v1/x")],
         middleware=[
-            Middleware(BodyLimit, max_bytes=max_bytes),
+            Middleware(RequestLimits, max_bytes=max_bytes),
             Middleware(BearerAuth, api_key=api_key),
         ],
     )

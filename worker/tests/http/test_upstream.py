@@ -11,7 +11,9 @@ import pytest
 from tests.support.proxy_app import EVERY_LOOP
 from tests.support.scripted_engine import HANG, Reply, answer_with, scripted_engine
 
-from sie_worker.http.upstream import Connections, StreamResponse, open_stream
+from sie_worker.http.connections import Connections
+from sie_worker.http.upstream import open_stream
+from sie_worker.http.upstream_answer import UpstreamAnswer
 
 pytestmark = EVERY_LOOP
 _TIMEOUTS = {"connect_timeout_s": 5.0, "read_timeout_s": 5.0, "high_water": 1 << 20}
@@ -22,7 +24,7 @@ async def _open(
     body: bytes = b"",
     headers: Sequence[tuple[str, str]] = (),
     **options: Any,
-) -> StreamResponse:
+) -> UpstreamAnswer:
     """``open_stream`` with generous timeouts unless ``options`` say otherwise."""
     return await open_stream(url, body, headers, **{**_TIMEOUTS, **options})
 
@@ -105,7 +107,7 @@ async def test_only_http_urls_are_streamed() -> None:
 # -- kept-alive connections ------------------------------------------------------------------
 
 
-async def _read(response: StreamResponse) -> bytes:
+async def _read(response: UpstreamAnswer) -> bytes:
     body = await response.read_all(1 << 20)
     response.close()
     return body
@@ -177,16 +179,31 @@ async def test_a_connection_the_upstream_closed_while_idle_is_not_reused() -> No
 
 
 @pytest.mark.anyio
-async def test_a_request_on_a_connection_closed_as_it_was_sent_goes_again_on_a_new_one() -> None:
+async def test_a_get_on_a_connection_closed_as_it_was_sent_goes_again_on_a_new_one() -> None:
     connections = Connections()
     async with scripted_engine(answer_with(b"a"), keep_alive=False) as server:
-        first = await _open(server.base_url + "/v1/x", b"{}", connections=connections)
+        first = await _open(server.base_url + "/v1/x", connections=connections, method="GET")
         assert await _read(first) == b"a"
-        second = await _open(server.base_url + "/v1/x", b"{}", connections=connections)
+        second = await _open(server.base_url + "/v1/x", connections=connections, method="GET")
         assert await _read(second) == b"a"
         assert server.connections == 2  # the second request was sent again, on its own
         assert len(server.requests) == 2
         assert not second.reused
+    connections.close()
+
+
+@pytest.mark.anyio
+async def test_a_post_on_a_connection_closed_as_it_was_sent_is_never_sent_twice() -> None:
+    # RFC 9112 (9.3.1): the upstream may have acted on it; the caller answers with the error.
+    connections = Connections()
+    async with scripted_engine(answer_with(b"a"), keep_alive=False) as server:
+        first = await _open(server.base_url + "/v1/x", b"{}", connections=connections)
+        assert await _read(first) == b"a"
+        assert connections.idle() == 1  # the server closes it only when the next one comes
+        with pytest.raises(httpx.RemoteProtocolError):
+            await _open(server.base_url + "/v1/x", b"{}", connections=connections)
+        assert server.connections == 1
+        assert len(server.requests) == 1
     connections.close()
 
 
@@ -263,3 +280,26 @@ async def test_a_spliced_answers_last_bytes_wait_for_rest_and_the_others_go_to_t
                 await response.wait()
         assert (sunk, response.rest(), response.rest()) == ([b"ab"], b"cd", b"")
         response.close()
+
+
+# --- interim answers, and heads and chunk framing at the byte level ------------------------
+
+
+@pytest.mark.anyio
+async def test_interim_answers_are_read_past_and_the_final_head_is_returned() -> None:
+    head = (
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>\r\n\r\n"
+        b"HTTP/1.1 201 Created\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    connections = Connections()
+    async with scripted_engine(answer_with(b"ok", head=head)) as server:
+        response = await _open(server.base_url + "/v1/x", b"{}", connections=connections)
+        assert await _read(response) == b"ok"
+        assert response.status == 201
+        assert response.headers == [
+            ("content-type", "text/plain"),
+            ("transfer-encoding", "chunked"),
+        ]
+        assert connections.idle() == 1  # the final answer framed the connection cleanly
+    connections.close()

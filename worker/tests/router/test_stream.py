@@ -40,6 +40,7 @@ class StreamingWorker:
     hung: anyio.Event = field(default_factory=anyio.Event)  # set: polls and streams stall
     closed: anyio.Event = field(default_factory=anyio.Event)  # set when a stream ends early
     finished: bool = False
+    headers_seen: list[tuple[str, str]] = field(default_factory=list)
 
     def app(self) -> Starlette:
         return Starlette(
@@ -78,6 +79,7 @@ class StreamingWorker:
 
     async def _chat(self, request: Request) -> Response:
         await request.body()
+        self.headers_seen = [(k.lower(), v) for k, v in request.headers.items()]
 
         async def events() -> AsyncIterator[str]:
             try:
@@ -157,3 +159,30 @@ async def test_stream_on_a_slot_that_stops_answering_ends_with_engine_unavailabl
     error = json.loads(rest[0].removeprefix("data: "))
     assert error["error"]["code"] == "engine_unavailable"
     assert "slot 0" in error["error"]["message"]
+
+
+async def test_the_router_passes_end_to_end_headers_and_drops_hop_by_hop_ones() -> None:
+    worker = StreamingWorker()
+    worker.proceed.set()
+    sent = {
+        "Connection": "keep-alive, X-Trace-Hop",
+        "X-Trace-Hop": "router-only",
+        "Keep-Alive": "timeout=5",
+        "TE": "trailers",
+        "Proxy-Authorization": "Basic dXNlcjpwYXNz",
+        "X-SIE-Slot": "0",  # the router reads it (pins the slot) and keeps it
+        "X-Tenant": "team-a",
+        "Authorization": "Bearer k",
+    }
+    async with router_before(worker) as client:
+        with anyio.fail_after(20):
+            r = await client.post("/v1/chat/completions", json=_CHAT, headers=sent)
+    assert r.status_code == 200
+    seen = dict(worker.headers_seen)
+    assert seen["x-tenant"] == "team-a"
+    assert seen["authorization"] == "Bearer k"
+    assert not {"x-trace-hop", "keep-alive", "te", "proxy-authorization", "x-sie-slot"} & set(seen)
+    # The router frames its own request: one Host, one Content-Length, no Expect.
+    names = [k for k, _ in worker.headers_seen]
+    assert names.count("host") == 1
+    assert names.count("content-length") == 1

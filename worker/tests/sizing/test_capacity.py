@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from sie_worker.config.files.reader import load_config_file
 from sie_worker.config.model import ServedModel, served_model
-from sie_worker.config.reader import load_config_file
 from sie_worker.sizing.arithmetic import Hardware
 from sie_worker.sizing.capacity import (
     add_gpu_arguments,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sie_worker.config.hf_config import parse_hf_config
+from sie_worker.config.load.hf_config import parse_hf_config
 from sie_worker.sizing.lora import (
     ALL_MODULES,
     adapter_bytes,

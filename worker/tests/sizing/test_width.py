@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.sizing_figures import H100, SEED_004_USERS, llama_size
 
-from sie_worker.config.rules import MAX_WIDTH, valid_widths
+from sie_worker.config.widths import MAX_WIDTH, valid_widths
 from sie_worker.sizing.arithmetic import (
     Shape,
     is_power_of_two,

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
+from sie_worker.config.files.reader import parse_config
 from sie_worker.config.model import served_model
-from sie_worker.config.reader import parse_config
 from sie_worker.model_states import MODEL_STATES, ModelState
 from sie_worker.worker.lifecycle import ALLOWED, IllegalTransition, Lifecycle
 from sie_worker.worker.records import ModelRecord

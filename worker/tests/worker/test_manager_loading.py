@@ -10,7 +10,7 @@ import httpx
 import pytest
 from tests.support.worker_fixtures import fake_model
 
-from sie_worker.config.reader import parse_config
+from sie_worker.config.files.reader import parse_config
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
 from sie_worker.worker import loading

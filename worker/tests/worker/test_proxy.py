@@ -1,12 +1,11 @@
-"""The proxy, served through a tiny ASGI app: JSON answers against a mock engine
-(httpx.MockTransport), streams against a scripted engine on a real socket."""
+"""The proxy, served through a tiny ASGI app, against a scripted engine on a real socket:
+JSON answers and streams, through the same client and the engine's kept-alive connections."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import socket
-from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -16,14 +15,10 @@ from starlette.applications import Starlette
 from tests.support.proxy_app import BOTH_PATHS, EVERY_LOOP, Releases, client_of, proxy_app
 from tests.support.scripted_engine import DROP, HANG, answer_with, scripted_engine
 
+from sie_worker.http.connections import Connections
 from sie_worker.worker.events import EventCheck
 
 pytestmark = EVERY_LOOP
-
-
-def _mocked(handler: Callable[[httpx.Request], httpx.Response], releases: Releases) -> Starlette:
-    """The proxy in front of a mock engine (JSON answers)."""
-    return proxy_app("http://engine", releases, transport=httpx.MockTransport(handler))
 
 
 async def _post(app: Starlette, stream: bool = False, over: str = "asgi") -> httpx.Response:
@@ -33,22 +28,42 @@ async def _post(app: Starlette, stream: bool = False, over: str = "asgi") -> htt
         )
 
 
+def _json(status: int, body: object) -> Any:
+    """A script: one JSON (or raw bytes) answer with ``status``, Content-Length framed."""
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    head = (
+        f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(content)}\r\n\r\n"
+    ).encode()
+    return answer_with(content, head=head, chunked=False)
+
+
 @pytest.mark.anyio
 async def test_json_answer_is_relayed_with_the_request_id() -> None:
-    seen: dict[str, str] = {}
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen["id"] = request.headers["x-request-id"]
-        seen["auth"] = request.headers.get("authorization", "")
-        return httpx.Response(200, json={"choices": [{"text": "hi"}]})
-
     releases = Releases()
-    response = await _post(_mocked(handler, releases))
+    async with scripted_engine(_json(200, {"choices": [{"text": "hi"}]})) as engine:
+        response = await _post(proxy_app(engine.base_url, releases))
+        seen = engine.requests[0].headers
     assert response.status_code == 200
     assert response.json() == {"choices": [{"text": "hi"}]}
     assert response.headers["x-request-id"] == "rid-1"
-    assert seen == {"id": "rid-1", "auth": ""}
+    assert seen["x-request-id"] == "rid-1"
+    assert "authorization" not in seen
     assert releases.count == 1
+
+
+@pytest.mark.anyio
+async def test_json_answers_reuse_the_engine_s_kept_alive_connection() -> None:
+    releases = Releases()
+    connections = Connections(idle_s=5.0)
+    script = answer_with(b'{"choices": []}', headers={"content-type": "application/json"})
+    async with scripted_engine(script) as engine:
+        app = proxy_app(engine.base_url, releases, connections=connections)
+        for _ in range(3):
+            assert (await _post(app)).status_code == 200
+        assert engine.connections == 1
+    connections.close()
+    assert releases.count == 3
 
 
 @pytest.mark.parametrize(
@@ -65,13 +80,9 @@ async def test_json_answer_is_relayed_with_the_request_id() -> None:
 async def test_engine_errors_become_design_errors(
     status: int, body: object, expected_status: int, code: str
 ) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        if isinstance(body, bytes):
-            return httpx.Response(status, content=body)
-        return httpx.Response(status, json=body)
-
     releases = Releases()
-    response = await _post(_mocked(handler, releases))
+    async with scripted_engine(_json(status, body)) as engine:
+        response = await _post(proxy_app(engine.base_url, releases))
     assert response.status_code == expected_status
     assert response.json()["error"]["code"] == code
     assert response.json()["error"]["message"].startswith("org/m: ")
@@ -81,31 +92,45 @@ async def test_engine_errors_become_design_errors(
 @pytest.mark.anyio
 async def test_malformed_json_from_the_engine_is_a_clean_502() -> None:
     releases = Releases()
-    not_json = _mocked(lambda r: httpx.Response(200, content=b"{not json"), releases)
-    response = await _post(not_json)
+    async with scripted_engine(_json(200, b"{not json")) as engine:
+        response = await _post(proxy_app(engine.base_url, releases))
     assert response.status_code == 502
     assert "not JSON" in response.json()["error"]["message"]
     assert releases.count == 1
 
 
+def _closed_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+_FAULTS = {
+    "silent": answer_with(HANG, headers={"content-type": "application/json"}),
+    "dropped mid-body": answer_with(b'{"choi', DROP),
+    "malformed head": answer_with(head=b"HTTP/1.1 2x0 OK\r\n\r\n", chunked=False),
+}
+
+
 @pytest.mark.parametrize(
-    ("exception", "status", "code"),
+    ("fault", "status", "code"),
     [
-        (httpx.ReadTimeout("slow"), 504, "engine_timeout"),
-        (httpx.ConnectError("refused"), 502, "engine_unavailable"),
-        (httpx.ConnectTimeout("no answer"), 502, "engine_unavailable"),
-        (httpx.RemoteProtocolError("gone"), 502, "engine_unavailable"),
+        ("silent", 504, "engine_timeout"),
+        ("refused", 502, "engine_unavailable"),
+        ("dropped mid-body", 502, "engine_unavailable"),
+        ("malformed head", 502, "engine_unavailable"),
     ],
 )
 @pytest.mark.anyio
-async def test_transport_failures_are_translated(
-    exception: Exception, status: int, code: str
-) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise exception
-
+async def test_transport_failures_are_translated(fault: str, status: int, code: str) -> None:
     releases = Releases()
-    response = await _post(_mocked(handler, releases))
+    if fault == "refused":
+        response = await _post(proxy_app(_closed_port(), releases, read_timeout=0.3))
+    else:
+        async with scripted_engine(_FAULTS[fault]) as engine:
+            app = proxy_app(engine.base_url, releases, read_timeout=0.3)
+            with anyio.fail_after(10):
+                response = await _post(app)
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
     assert releases.count == 1

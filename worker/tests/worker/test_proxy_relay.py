@@ -17,7 +17,7 @@ import pytest
 from tests.support.proxy_app import EVERY_LOOP, Releases, proxy_app
 from tests.support.scripted_engine import EngineRequest, Reply, scripted_engine
 
-from sie_worker.http.upstream import Connections
+from sie_worker.http.connections import Connections
 from sie_worker.worker.metrics import StreamTimer
 
 Message = dict[str, Any]

@@ -7,9 +7,9 @@ import asyncio
 import time
 from typing import Any, cast
 
-from sie_worker.config.load_options import LoadOptions
+from sie_worker.config.files.reader import parse_config
+from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.model import served_model
-from sie_worker.config.reader import parse_config
 from sie_worker.worker.launcher.process import EngineProcess
 from sie_worker.worker.launcher.start import RunningEngine
 from sie_worker.worker.metrics import WorkerMetrics

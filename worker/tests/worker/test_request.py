@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.worker_fixtures import WorkerProcess, fake_model
 
+from sie_worker.config.files.reader import parse_config
 from sie_worker.config.model import ModelConfig, served_models
-from sie_worker.config.reader import parse_config
 from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.errors import InvalidRequest
 from sie_worker.worker.request import (

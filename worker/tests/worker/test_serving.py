@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sie_worker.config.files.reader import parse_config
 from sie_worker.config.model import served_models
-from sie_worker.config.reader import parse_config
 from sie_worker.config.runtime import request_runtime
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.request import grammar_target

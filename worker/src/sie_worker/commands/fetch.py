@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from sie_worker.config.files.reader import config_files, load_config_file
 from sie_worker.config.lora import lora_adapters
 from sie_worker.config.model import ModelConfig, served_models
-from sie_worker.config.reader import config_files, load_config_file
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.worker.weights.cache import HubSettings, Snapshot, SnapshotKey
 from sie_worker.worker.weights.download import fetch_snapshot

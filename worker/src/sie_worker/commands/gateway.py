@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from sie_worker.gateway.app import create_gateway_app
+    from sie_worker.http.server_protocol import http_protocol
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = uvicorn.Config(
         app,
+        http=http_protocol(),  # JSON 400s for requests that do not parse
         ws="none",  # why: no WebSocket route; auto would import wsproto on every start
         host=args.host,
         port=args.port,

@@ -32,10 +32,10 @@ from typing import Any
 from sie_worker.commands.validate import settings_for
 from sie_worker.config.adapters import serving_bundles
 from sie_worker.config.engine_families import family_of
-from sie_worker.config.load_options import adapter_of
-from sie_worker.config.loadtime import resolve_load_options
+from sie_worker.config.files.reader import load_config_file
+from sie_worker.config.load.load_options import adapter_of
+from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import DEFAULT_PROFILE, served_model
-from sie_worker.config.reader import load_config_file
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import SettingsError
 from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from sie_worker.http.server_protocol import http_protocol
     from sie_worker.router.app import create_router_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     settle_heap()
     uvicorn.run(
         app,
+        http=http_protocol(),  # JSON 400s for requests that do not parse
         host=args.host,
         port=args.port,
         log_level=args.log_level,

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from sie_worker.http.access_log import quiet_polls
 
     quiet_polls(logging.getLevelNamesMapping()[args.log_level.upper()])
-    from sie_worker.config.reader import load_config_dir
+    from sie_worker.config.files.reader import load_config_dir
     from sie_worker.settings import Settings, SettingsError
 
     try:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sie-worker serve: {exc}", file=sys.stderr)
         return 1
     if settings.engine != "transformers":
-        from sie_worker.config import sglang_release, vllm_release
+        from sie_worker.config.flags import sglang_release, vllm_release
 
         release = sglang_release if settings.engine == "sglang" else vllm_release
         mismatch = release.release_mismatch(settings.bundle)
@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from sie_worker.http.server_protocol import http_protocol
     from sie_worker.worker.app import create_app
 
     class _Server(uvicorn.Server):
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings, configs)
     config = uvicorn.Config(
         app,
+        http=http_protocol(),  # JSON 400s for requests that do not parse
         ws="none",  # why: no WebSocket route; auto would import wsproto on every start
         host=args.host,
         port=args.port,

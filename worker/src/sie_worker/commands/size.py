@@ -33,10 +33,10 @@ from typing import Any
 
 from sie_worker.commands import _size_report, _size_sharing
 from sie_worker.config.adapters import NotServedHere, UnknownAdapter
-from sie_worker.config.load_options import adapter_of, declared_width
+from sie_worker.config.files.reader import load_config_file
+from sie_worker.config.load.load_options import adapter_of, declared_width
+from sie_worker.config.load.model_shape import ModelPathError, find_config_json
 from sie_worker.config.model import DEFAULT_PROFILE, ServedModel, served_model
-from sie_worker.config.model_shape import ModelPathError, find_config_json
-from sie_worker.config.reader import load_config_file
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import Settings, SettingsError
 from sie_worker.sizing.arithmetic import Hardware, ModelSize

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from sie_worker.config.adapters import not_served_here
-from sie_worker.config.loadtime import resolve_load_options
+from sie_worker.config.files.reader import config_files, load_config_file
+from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import ServedModel, served_models
-from sie_worker.config.reader import config_files, load_config_file
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import Settings, SettingsError
 from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings

@@ -24,8 +24,8 @@ from typing import Any
 
 from sie_server.adapters.base import Adapter, EngineKind
 from sie_worker.config.engine_families import IMAGE_BUNDLES
+from sie_worker.config.flags.sglang_release import BUNDLE_VERSIONS, version_key
 from sie_worker.config.model import ModelConfig
-from sie_worker.config.sglang_release import BUNDLE_VERSIONS, version_key
 from sie_worker.config.sie_adapters import sie_adapters, sie_version
 
 __all__ = [

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from sie_server.adapters.base import EngineKind
-from sie_worker.config import sglang_release, vllm_release
+from sie_worker.config.flags import sglang_release, vllm_release
 
 __all__ = [
     "BUNDLE_ENGINES",

@@ -35,7 +35,7 @@ from typing import Any
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]  # not re-exported
 
-from sie_worker.config.values import described
+from sie_worker.config.files.values import described
 
 __all__ = [
     "ADAPTER_CONFIG",

@@ -4,20 +4,20 @@ the file wrote.
 
 The document: at least one task that is not null; a weight source as SIE requires
 (``hf_id`` or ``weights_path``, unless ``package_backed`` or ``remote_backed``, which forbid
-them); one spelling per setting (:mod:`sie_worker.config.normalize`); ``pool`` is not
+them); one spelling per setting (:mod:`sie_worker.config.files.normalize`); ``pool`` is not
 ``_default``; ``routing`` fields fit its policy; ``grammar_profile`` names a non-default
 profile that declares none itself and does not enable speculation; ``prewarm_grammars``
 values fit their kind.
 
 Every profile: ``tensor_parallel_size`` is an integer 1..8; ``extra_launch_args`` and
-``extra_env``, at profile level or under loadtime, pass :mod:`sie_worker.config.launch_rules`;
+``extra_env``, at profile level or under loadtime, pass :mod:`sie_worker.config.flags.launch_rules`;
 ``lora_paths`` and ``max_loras_per_batch`` pass :mod:`sie_worker.config.lora`;
 the runtime options the worker applies are valid (:mod:`sie_worker.config.runtime`);
 ``extends`` names an existing profile without cycles; ``adapter_path`` is an adapter SIE
 defines or this image runs (remote adapters for ``remote_backed``); a profile-level
 ``grammar_profile`` names a non-default sibling; ``chat_template_kwargs``,
 ``max_output_tokens`` and ``grammar_profile`` only on a model that generates. Load-time
-rules live in :mod:`sie_worker.config.loadtime`.
+rules live in :mod:`sie_worker.config.load.loadtime`.
 """
 
 from __future__ import annotations
@@ -26,73 +26,26 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from sie_server.adapters.base import EngineKind
 from sie_worker.config.adapters import adapter_problem, canonical_path
-from sie_worker.config.jsonpath import json_path
-from sie_worker.config.launch_rules import (
+from sie_worker.config.files.jsonpath import json_path
+from sie_worker.config.files.normalize import alias_problems, lookup
+from sie_worker.config.flags.launch_rules import (
     MAX_ARG_BYTES,
     VISIBILITY_VARIABLES,
     args_problems,
     env_problems,
+    profile_engine,
 )
 from sie_worker.config.lora import lora_problems
 from sie_worker.config.model import DEFAULT_PROFILE, JsonPath
-from sie_worker.config.normalize import alias_problems, lookup
 from sie_worker.config.runtime import runtime_problems
-from sie_worker.config.schema import type_name
+from sie_worker.config.widths import width_problem
 from sie_worker.errors import Problem
 
-__all__ = [
-    "MAX_ARG_BYTES",
-    "MAX_WIDTH",
-    "VISIBILITY_VARIABLES",
-    "rule_problems",
-    "valid_widths",
-    "width_fits_heads",
-    "width_problem",
-]
+__all__ = ["MAX_ARG_BYTES", "VISIBILITY_VARIABLES", "rule_problems"]
 
-MAX_WIDTH = 8
 _REMOTE = "sie_server.adapters.remote."
-_VLLM = "sie_server.adapters.vllm."
 _PROFILE_GENERATE_KEYS = ("chat_template_kwargs", "max_output_tokens", "grammar_profile")
-
-
-def width_problem(value: object) -> str | None:
-    """Why ``value`` is not a width (an integer 1..8), or None when it is one."""
-    expected = f"must be an integer from 1 to {MAX_WIDTH}"
-    if isinstance(value, bool) or value is None:
-        shown = "null" if value is None else str(value).lower()
-        return f"{expected}, got {shown}; write the number of GPUs, e.g. 2"
-    if isinstance(value, float):
-        return f"{expected}, got {value!r} (a number with a decimal point); write a whole number"
-    if isinstance(value, str):
-        return f"{expected}, got the string {value!r}; write the number without quotes"
-    if not isinstance(value, int):
-        return f"{expected}, got {type_name(value)}"
-    if value < 1:
-        return f"{expected}, got {value}; a model needs at least one GPU"
-    if value > MAX_WIDTH:
-        shown = str(value) if value < 10**12 else "a larger number"
-        return f"{expected}, got {shown}; SIE places one model on at most {MAX_WIDTH} GPUs"
-    return None
-
-
-def width_fits_heads(width: int, attention_heads: int, kv_heads: int) -> bool:
-    """Whether tensor parallelism of ``width`` can split these heads: 1..8 GPUs, dividing the
-    attention heads, and a multiple or a divisor of the KV heads (KV heads are copied when
-    fewer than the width)."""
-    return (
-        1 <= width <= MAX_WIDTH
-        and attention_heads % width == 0
-        and (kv_heads % width == 0 or width % kv_heads == 0)
-    )
-
-
-def valid_widths(attention_heads: int, kv_heads: int) -> tuple[int, ...]:
-    return tuple(
-        w for w in range(1, MAX_WIDTH + 1) if width_fits_heads(w, attention_heads, kv_heads)
-    )
 
 
 def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
@@ -189,7 +142,7 @@ def _profile_problems(
 ) -> list[Problem]:
     problems: list[Problem] = []
     base: JsonPath = ("profiles", name)
-    engine = _profile_engine(doc, name)
+    engine = profile_engine(doc, name)
     options = profile.get("adapter_options")
     loadtime = options.get("loadtime") if isinstance(options, dict) else None
     runtime = options.get("runtime") if isinstance(options, dict) else None
@@ -240,28 +193,6 @@ def _profile_problems(
         elif grammar not in names:
             problems.append(Problem(where, _no_profile(grammar, names)))
     return problems
-
-
-def _profile_engine(doc: Mapping[str, Any], name: str) -> EngineKind:
-    """The engine whose flags a profile's extra_launch_args are read with at read time: vLLM's
-    when the profile (or one it extends) names a vLLM adapter, else SGLang's (a profile
-    without adapter_path runs the bundle's engine, known when it loads: the load checks the
-    flags again against that engine's own release)."""
-    profiles = doc.get("profiles")
-    seen: set[str] = set()
-    while isinstance(profiles, dict) and name not in seen:
-        seen.add(name)
-        profile = profiles.get(name)
-        if not isinstance(profile, dict):
-            break
-        adapter = profile.get("adapter_path")
-        if isinstance(adapter, str):
-            return "vllm" if canonical_path(adapter).startswith(_VLLM) else "sglang"
-        parent = profile.get("extends")
-        if not isinstance(parent, str):
-            break
-        name = parent
-    return "sglang"
 
 
 def _grammar_problems(

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sie_worker.config.jsonpath import json_path
+from sie_worker.config.files.jsonpath import json_path
+from sie_worker.config.files.values import described, shown
 from sie_worker.config.model import JsonPath, ServedModel
-from sie_worker.config.values import described, shown
 from sie_worker.errors import Problem
 
 __all__ = [

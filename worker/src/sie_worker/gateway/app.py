@@ -22,6 +22,7 @@ from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.http.auth import BearerAuth
 from sie_worker.http.errors import EXCEPTION_HANDLERS
 from sie_worker.http.request_id import RequestId
+from sie_worker.http.request_limits import RequestLimits
 from sie_worker.http.wire import WiredStarlette
 
 __all__ = ["SESSION_FIELDS", "Gateway", "create_gateway_app"]
@@ -40,7 +41,11 @@ def create_gateway_app(
     gateway = Gateway(settings, specs, catalogue, client, kube)
     app = WiredStarlette(
         routes=ROUTES,
-        middleware=[Middleware(RequestId), Middleware(BearerAuth, api_key=settings.api_key)],
+        middleware=[
+            Middleware(RequestId),
+            Middleware(RequestLimits, max_bytes=settings.max_body_bytes),
+            Middleware(BearerAuth, api_key=settings.api_key),
+        ],
         exception_handlers=dict(EXCEPTION_HANDLERS),
         lifespan=gateway.lifespan,
     )

@@ -19,10 +19,11 @@ from pathlib import Path
 
 from sie_worker.config.adapters import UnknownAdapter, default_adapter_path, resolve_adapter
 from sie_worker.config.engine_families import bundle_engine, family_of
-from sie_worker.config.load_options import declared_width
+from sie_worker.config.files.reader import load_config_dir
+from sie_worker.config.load.load_options import declared_width
 from sie_worker.config.lora_choice import split_model
 from sie_worker.config.model import ServedModel, served_models
-from sie_worker.config.reader import load_config_dir
+from sie_worker.config.widths import width_fits
 from sie_worker.errors import Problem
 from sie_worker.gateway.pools import PoolSpec
 
@@ -118,7 +119,7 @@ class Catalogue:
         why = bundle_runs(adapter, spec.bundle)
         if why is not None:
             return f"pool {spec.pool}, bundle {spec.bundle}: {why}"
-        if info.width > spec.slot_width:
+        if not width_fits(info.width, spec.slot_width):
             return (
                 f"pool {spec.pool}, bundle {spec.bundle}: the model needs {info.width} GPUs per "
                 f"slot (tensor_parallel_size) and the pool's slots have {spec.slot_width}"

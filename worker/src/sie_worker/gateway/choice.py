@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sie_worker.config.widths import width_fits
 from sie_worker.errors import NoPool, UnknownModel, UnknownPool
 from sie_worker.gateway.catalogue import Catalogue
 from sie_worker.gateway.pools import PoolKey, PoolSpec
@@ -154,7 +155,7 @@ def select_pools(
         why = catalogue.fit(model, spec)
         listed = listings.get(spec.key)
         unlisted = listed is not None and model not in listed
-        if why is None and width > spec.slot_width:
+        if why is None and not width_fits(width, spec.slot_width):
             # Whatever its pods list: a slot narrower than the model refuses it at load.
             why = (
                 f"pool {spec.pool}, bundle {spec.bundle}: the model needs {width} GPUs per "

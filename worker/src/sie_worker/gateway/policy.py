@@ -35,6 +35,8 @@ from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from sie_worker.config.widths import width_fits
+
 __all__ = [
     "BALANCE_FACTOR",
     "REASONS",
@@ -152,10 +154,12 @@ def choose(
     for group in groups:
         if exclude:
             candidates = [
-                p for p in group.pods if p.up and p.slot_width >= width and p.name not in exclude
+                p
+                for p in group.pods
+                if p.up and width_fits(width, p.slot_width) and p.name not in exclude
             ]
         else:
-            candidates = [p for p in group.pods if p.up and p.slot_width >= width]
+            candidates = [p for p in group.pods if p.up and width_fits(width, p.slot_width)]
         if not candidates:
             continue
         total = 0

@@ -11,7 +11,6 @@ shape, ``/v1/models`` and ``/v1/devices`` the union over the pods.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Hashable
 from typing import Any
@@ -24,7 +23,6 @@ from starlette.routing import Route
 
 from sie_worker.errors import (
     EngineUnavailable,
-    InvalidRequest,
     MethodNotAllowed,
     NotFound,
     UnknownModel,
@@ -38,8 +36,9 @@ from sie_worker.gateway.routing import PodDispatch
 from sie_worker.gateway.service import Gateway
 from sie_worker.gateway.state import PodState
 from sie_worker.http.fan_out import Target, ask_all, fan_out
-from sie_worker.http.relay import Dispatch, RelayResponse, Upstream, forward_headers
-from sie_worker.http.request import read_body
+from sie_worker.http.headers import forward_headers
+from sie_worker.http.relay import Dispatch, RelayResponse, Upstream
+from sie_worker.http.request import json_object, model_in
 
 __all__ = [
     "ROUTES",
@@ -142,7 +141,7 @@ async def model_call(request: Request) -> Response:
     if action not in ("load", "unload", "pin", "unpin") or not model:
         raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{load,unload,pin,unpin}}")
     model = catalogue.resolve(model, fleet.known_models())
-    body = await read_body(request, gateway.settings.max_body_bytes)
+    body = await request.body()  # its size limit: RequestLimits
     if action in ("load", "pin"):
         return _route(gateway, request, body, model, None)
     return await _fan_out_to_holders(gateway, request, body, model)
@@ -153,13 +152,9 @@ async def model_call(request: Request) -> Response:
 
 async def openai(request: Request) -> Response:
     gateway = _gateway(request)
-    body = await read_body(request, gateway.settings.max_body_bytes)
-    payload = _json_object(body)
-    model = payload.get("model") if payload is not None else None
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest(
-            "body: expected a JSON object whose field `model` is the id of the model to use"
-        )
+    body = await request.body()  # its size limit: RequestLimits
+    payload = json_object(body)
+    model = model_in(payload)
     known = gateway.fleet.known_models()
     # A LoRA adapter's request (model:adapter) goes where its base model is.
     catalogue = gateway.catalogue
@@ -171,9 +166,9 @@ async def native(request: Request) -> Response:
     gateway = _gateway(request)
     raw: str = request.path_params["model"]
     kind = request.scope["path"].split("/")[2]
-    body = await read_body(request, gateway.settings.max_body_bytes)
+    body = await request.body()  # its size limit: RequestLimits
     content_type = request.headers.get("content-type", "")
-    payload = _json_object(body) if "json" in content_type else None
+    payload = json_object(body) if "json" in content_type else None
     known = gateway.fleet.known_models()
     if kind == "generate":
         model = decode_path_model(raw, gateway.catalogue, known)
@@ -309,13 +304,3 @@ async def _fan_out_to_holders(
     targets = [_target(p) for p in holders]
     upstream = _upstream(request, body, model)
     return await fan_out(gateway.client, upstream, targets, header="x-sie-pod", limits=limits)
-
-
-def _json_object(body: bytes) -> dict[str, Any] | None:
-    if body.lstrip()[:1] != b"{":
-        return None
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None

@@ -26,9 +26,9 @@ from sie_worker.gateway.pools import PoolSpec, read_pools_file
 from sie_worker.gateway.routing import Holder
 from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.gateway.state import Fleet
+from sie_worker.http.connections import Connections
 from sie_worker.http.relay import RelayLimits
 from sie_worker.http.transport import hop_client
-from sie_worker.http.upstream import Connections
 
 __all__ = ["Gateway"]
 

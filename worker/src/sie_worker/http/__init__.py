@@ -5,6 +5,6 @@
 - ``deadlines``: a request's timeouts, as data; ``relay``: relay one request to a backend
   a route picks (router and gateway); ``fan_out``: one call to several backends at once
 - ``request``: read a request's body and model; ``errors``: the one error renderer
-- ``auth``: bearer-token middleware; ``body_limit``: request body size limit
+- ``auth``: bearer-token middleware; ``request_limits``: request head and body size limits
 - ``poll``, ``request_id``
 """

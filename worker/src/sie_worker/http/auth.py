@@ -16,6 +16,8 @@ _SCHEME = len(b"bearer ")
 
 
 class BearerAuth:
+    passes_body_through = True  # sie_worker.http.wire: it never rewrites a body
+
     def __init__(self, app: ASGIApp, api_key: str | None) -> None:
         self.app = app
         self._expected = f"bearer {api_key}".encode() if api_key else None

@@ -3,22 +3,18 @@
 Three limits, each named by the option that set it (for the error message): the read
 timeout between chunks (``read_s``), the time to the first chunk (the answer's head, or a
 stream's first body bytes; ``first_chunk``) and the whole answer (``overall``). They are
-fixed when the request starts (:attr:`started`, loop time): the streamed path
-(:mod:`sie_worker.http.splice`) keeps one timer per stream armed at :meth:`next_due`; a
-JSON answer read through httpx awaits each step within :meth:`first` / :meth:`overall`.
-Past one, :class:`DeadlineHit` names it.
+fixed when the request starts (:attr:`started`, loop time). Every answer a hop reads,
+streamed or whole, is read by :class:`~sie_worker.http.upstream_answer.UpstreamAnswer`,
+which keeps one timer armed at the nearest of them (:meth:`next_due`): the one deadline
+mechanism of the data path. Past one, :class:`DeadlineHit` names it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
 
 __all__ = ["DeadlineHit", "Deadlines", "Limit"]
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -39,7 +35,7 @@ class Deadlines:
     """One request's limits, from now: ``read`` between chunks, ``first_chunk`` until the
     first chunk has come, ``overall`` for the whole answer (each None: no such limit)."""
 
-    __slots__ = ("_first_seen", "first_chunk", "overall", "read", "started")
+    __slots__ = ("first_chunk", "overall", "read", "started")
 
     def __init__(
         self,
@@ -50,7 +46,6 @@ class Deadlines:
     ) -> None:
         self.read, self.first_chunk, self.overall = read, first_chunk, overall
         self.started = asyncio.get_running_loop().time()
-        self._first_seen = first_chunk is None
 
     @property
     def read_s(self) -> float | None:
@@ -72,28 +67,3 @@ class Deadlines:
             if due is None or at < due[0]:
                 due = (at, self.overall)
         return due
-
-    async def first(self, step: Awaitable[_T]) -> _T:
-        """Await ``step``, the wait for the next chunk, bounded by the first chunk's deadline
-        until one has come, and by the whole answer's."""
-        result = await self._bounded(step, self._first_seen)
-        self._first_seen = True
-        return result
-
-    async def overall_step(self, step: Awaitable[_T]) -> _T:
-        """Await ``step`` within the whole answer's deadline."""
-        return await self._bounded(step, True)
-
-    async def _bounded(self, step: Awaitable[_T], first_seen: bool) -> _T:
-        due = self.next_due(first_seen)
-        if due is None:
-            return await step  # the usual case: nothing but the read timeout
-        at, limit = due
-        deadline = asyncio.timeout_at(at)
-        try:
-            async with deadline:
-                return await step
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the step's own timeout, not ours
-            raise DeadlineHit(limit.name, limit.seconds) from None

@@ -24,7 +24,8 @@ from starlette.responses import Response
 
 from sie_worker.errors import SieError
 from sie_worker.http.errors import error_response
-from sie_worker.http.relay import HOP_BY_HOP, SET_BY_SERVER, Upstream, translate_errors
+from sie_worker.http.headers import relayed_headers
+from sie_worker.http.relay import Upstream, translate_errors
 
 __all__ = ["Target", "ask_all", "fan_out"]
 
@@ -81,11 +82,7 @@ async def fan_out(
         response = Response(
             chosen.content,
             status_code=chosen.status_code,
-            headers={
-                k: v
-                for k, v in chosen.headers.items()
-                if k.lower() not in HOP_BY_HOP and k.lower() not in SET_BY_SERVER
-            },
+            headers=dict(relayed_headers(chosen.headers.items(), keep_length=False)),
         )
     response.headers[header] = ",".join(t.label for t in targets)
     return response

@@ -2,7 +2,7 @@
 
 Shared by the slot router (backends: the pod's workers) and the gateway (backends: pods).
 Each try goes out on an idle kept-alive connection to its backend when the hop has one
-(:class:`~sie_worker.http.upstream.Connections`, in :attr:`RelayLimits.connections`), else
+(:class:`~sie_worker.http.connections.Connections`, in :attr:`RelayLimits.connections`), else
 on a new one, which goes back to them once the answer has ended cleanly; the answer's
 body goes from that socket to the client's through :func:`sie_worker.http.splice.relay_body`
 (written from the upstream parser's callback where the server allows; reading pauses while
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,41 +34,23 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from sie_worker.errors import EngineTimeout, EngineUnavailable, SieError
+from sie_worker.http.connections import Connections
 from sie_worker.http.errors import error_response, sse_error_event
+from sie_worker.http.headers import relayed_headers
 from sie_worker.http.splice import ClientWatch, TaskCancel, relay_body
-from sie_worker.http.upstream import Connections, StreamResponse, open_stream
+from sie_worker.http.upstream import open_stream
+from sie_worker.http.upstream_answer import UpstreamAnswer
 
 __all__ = [
-    "HOP_BY_HOP",
-    "SET_BY_SERVER",
+    "ChooseBackend",
     "Dispatch",
     "Opener",
     "Refused",
     "RelayLimits",
     "RelayResponse",
-    "Route",
     "Upstream",
-    "forward_headers",
     "translate_errors",
 ]
-
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "x-sie-slot",
-    }
-)
-# Response headers the relaying server writes itself: relaying the backend's would repeat them.
-SET_BY_SERVER = frozenset({"date", "server"})
 
 
 @dataclass(frozen=True)
@@ -80,14 +62,6 @@ class Upstream:
     headers: tuple[tuple[str, str], ...]
     body: bytes
     model: str | None  # the model the request is for, when it names one
-
-
-def forward_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[str, str], ...]:
-    return tuple(
-        (k.decode("latin-1"), v.decode("latin-1"))
-        for k, v in headers
-        if k.decode("latin-1").lower() not in HOP_BY_HOP
-    )
 
 
 class Dispatch(Protocol):
@@ -135,8 +109,9 @@ class Dispatch(Protocol):
     def finished(self, *, status: int | None) -> None: ...
 
 
-Route = Callable[[frozenset[Hashable]], Awaitable[Dispatch]]
-Opener = Callable[..., Awaitable[StreamResponse]]
+# Picks the backend of a try, given the ones already tried (raises a SieError to answer).
+ChooseBackend = Callable[[frozenset[Hashable]], Awaitable[Dispatch]]
+Opener = Callable[..., Awaitable[UpstreamAnswer]]
 
 
 @dataclass(frozen=True)
@@ -171,7 +146,7 @@ class RelayResponse(Response):
     def __init__(
         self,
         upstream: Upstream,
-        route: Route,
+        route: ChooseBackend,
         limits: RelayLimits,
         *,
         on_done: Callable[[float], None] | None = None,
@@ -251,7 +226,7 @@ class RelayResponse(Response):
             written = True
 
         dispatch.aborts.add(abort)
-        response: StreamResponse | None = None
+        response: UpstreamAnswer | None = None
         upstream, limits = self._upstream, self._limits
         try:
             try:
@@ -293,7 +268,7 @@ class RelayResponse(Response):
 
     async def _pass_on(
         self,
-        response: StreamResponse,
+        response: UpstreamAnswer,
         dispatch: Dispatch,
         scope: Scope,
         send: Send,
@@ -304,9 +279,7 @@ class RelayResponse(Response):
         content_type = next((v for k, v in response.headers if k == "content-type"), "")
         outcome.sse = content_type.startswith("text/event-stream")
         headers = [
-            (k.encode("latin-1"), v.encode("latin-1"))
-            for k, v in response.headers
-            if (k not in HOP_BY_HOP or k == "content-length") and k not in SET_BY_SERVER
+            (k.encode("latin-1"), v.encode("latin-1")) for k, v in relayed_headers(response.headers)
         ]
         headers.extend(dispatch.response_headers)
         start = {"type": "http.response.start", "status": response.status, "headers": headers}

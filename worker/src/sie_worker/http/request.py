@@ -1,23 +1,31 @@
-"""What every relaying app reads from a client request: its body (size-limited) and the
-``model`` its JSON body names."""
+"""What every relaying app reads from a client request: the ``model`` its JSON body names
+(the body's size limit is :mod:`sie_worker.http.request_limits`')."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
-from starlette.requests import Request
+from sie_worker.errors import InvalidRequest
 
-from sie_worker.errors import InvalidRequest, PayloadTooLarge
-
-__all__ = ["model_of", "read_body"]
+__all__ = ["json_object", "model_in", "model_of"]
 
 
-def model_of(body: bytes) -> str:
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """The JSON object a body holds, else None (not JSON, or not an object)."""
+    if body.lstrip()[:1] != b"{":
+        return None
     try:
         data = json.loads(body)
     except ValueError:
-        data = None
-    model = data.get("model") if isinstance(data, dict) else None
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def model_in(payload: Mapping[str, Any] | None) -> str:
+    """The ``model`` a request's JSON object names; :class:`InvalidRequest` without one."""
+    model = payload.get("model") if payload is not None else None
     if not isinstance(model, str) or not model:
         raise InvalidRequest(
             "body: expected a JSON object whose field `model` is the id of the model to use"
@@ -25,18 +33,6 @@ def model_of(body: bytes) -> str:
     return model
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    too_big = PayloadTooLarge(
-        f"request body is larger than {limit} bytes (SIE_MAX_BODY_BYTES); send a smaller one"
-    )
-    if declared.isdigit() and int(declared) > limit:
-        raise too_big
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
-    return b"".join(chunks)
+def model_of(body: bytes) -> str:
+    """The ``model`` a JSON body names (:func:`model_in`)."""
+    return model_in(json_object(body))

@@ -20,6 +20,8 @@ _SIE_HEADER = b"x-sie-request-id"
 
 
 class RequestId:
+    passes_body_through = True  # sie_worker.http.wire: it never rewrites a body
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 

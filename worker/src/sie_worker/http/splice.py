@@ -30,8 +30,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from sie_worker.errors import SieError
+from sie_worker.http.connections import Connections
 from sie_worker.http.deadlines import Deadlines
-from sie_worker.http.upstream import Connections, StreamResponse, open_stream
+from sie_worker.http.upstream import open_stream
+from sie_worker.http.upstream_answer import UpstreamAnswer
 from sie_worker.http.wire import wire_for
 
 __all__ = [
@@ -127,7 +129,7 @@ class SplicedResponse(Response):
         self.background = None
         self.init_headers(policy.headers)
         self._policy = policy
-        self._upstream: StreamResponse | None = None
+        self._upstream: UpstreamAnswer | None = None
         self._first = b""
 
     async def open(
@@ -220,7 +222,7 @@ class SplicedResponse(Response):
 
 
 async def relay_body(
-    upstream: StreamResponse, scope: Scope, send: Send, transform: Transform | None = None
+    upstream: UpstreamAnswer, scope: Scope, send: Send, transform: Transform | None = None
 ) -> bytes:
     """Relay the rest of ``upstream``'s body to the client whose answer's head has just
     been sent, through ``transform`` when given, and return once it has ended (raising its

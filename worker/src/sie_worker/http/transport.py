@@ -7,7 +7,7 @@ more than relaying a whole 50-token stream's events (``docs/benchmarks.md``, Dat
 This transport keeps httpx's client (its API, timeouts, exception types and the tests'
 ``MockTransport``) and sends each request with the relays' own client instead: one write,
 httptools parsing the answer in C, and the answer's connection kept alive for the next call
-in :class:`~sie_worker.http.upstream.Connections`. ``https://`` URLs (never used between
+in :class:`~sie_worker.http.connections.Connections`. ``https://`` URLs (never used between
 the hops) go through httpx's default transport.
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import httpx
 
-from sie_worker.http.upstream import Connections, open_stream
+from sie_worker.http.connections import Connections
+from sie_worker.http.upstream import open_stream
 
 __all__ = ["MAX_ANSWER_BYTES", "UpstreamTransport", "hop_client"]
 

@@ -17,7 +17,10 @@ server or protocol, ``httpx.ASGITransport`` in tests, HEAD, HTTP/1.0, a body wit
 gets no wire, and the caller relays through ``send`` as before.
 
 :class:`WiredStarlette` is the app class that records the cycle: it has to be seen before
-Starlette's own middleware wraps ``send``.
+Starlette's own middleware wraps ``send``. Since the body bypasses every middleware's
+``send``, a middleware that rewrites bodies (compression, say) would corrupt answers
+silently: the app refuses to start with any middleware that does not declare
+``passes_body_through = True`` (:class:`BodyRewritingMiddleware`).
 """
 
 from __future__ import annotations
@@ -26,9 +29,16 @@ import asyncio
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["VERIFIED_UVICORN", "Wire", "WiredStarlette", "cycle_class", "wire_for"]
+__all__ = [
+    "VERIFIED_UVICORN",
+    "BodyRewritingMiddleware",
+    "Wire",
+    "WiredStarlette",
+    "cycle_class",
+    "wire_for",
+]
 
 VERIFIED_UVICORN = "0.54.0"
 _SCOPE_KEY = "sie_worker.wire"  # the cycle, kept in the scope for the response to find
@@ -46,8 +56,26 @@ def cycle_class() -> type[Any] | None:
 _CYCLE = cycle_class()
 
 
+class BodyRewritingMiddleware(TypeError):
+    """A middleware of a :class:`WiredStarlette` app does not declare that it passes
+    answers' bodies through unchanged."""
+
+
 class WiredStarlette(Starlette):
-    """A Starlette app that keeps uvicorn's cycle in the scope for :func:`wire_for`."""
+    """A Starlette app that keeps uvicorn's cycle in the scope for :func:`wire_for`, whose
+    middleware all pass bodies through (streamed bodies go around their ``send``)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        for middleware in self.user_middleware:
+            cls = middleware.cls
+            if getattr(cls, "passes_body_through", False) is not True:
+                name = getattr(cls, "__qualname__", repr(cls))
+                raise BodyRewritingMiddleware(
+                    f"{name} may rewrite answers' bodies, and streamed bodies are written "
+                    "around middleware (sie_worker.http.wire): remove it, or give it "
+                    "`passes_body_through = True` if it never changes a body"
+                )
+        return super().build_middleware_stack()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or type(getattr(send, "__self__", None)) is not _CYCLE:

@@ -34,22 +34,24 @@ from sie_worker.errors import (
     UnknownModel,
 )
 from sie_worker.http.auth import BearerAuth
+from sie_worker.http.connections import Connections
 from sie_worker.http.errors import EXCEPTION_HANDLERS
 from sie_worker.http.fan_out import Target, ask_all, fan_out
-from sie_worker.http.relay import Upstream, forward_headers
+from sie_worker.http.headers import forward_headers
+from sie_worker.http.relay import Upstream
 from sie_worker.http.request_id import RequestId
+from sie_worker.http.request_limits import RequestLimits
 from sie_worker.http.transport import hop_client
-from sie_worker.http.upstream import Connections
 from sie_worker.http.wire import WiredStarlette
 from sie_worker.router.merge import merge_devices, merge_models
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import Decision
-from sie_worker.router.relay import RelayResponse
-from sie_worker.router.request import SLOT_HEADER, model_of, named_slot, read_body, request_target
+from sie_worker.router.relay import SlotRelayResponse
+from sie_worker.router.request import SLOT_HEADER, model_of, named_slot, request_target
 from sie_worker.router.settings import RouterSettings
 from sie_worker.router.state import RoutingPolicy, SlotTable
 from sie_worker.sie_api.ids import resolve_model_id
-from sie_worker.sie_api.models import merge_model_infos, model_detail
+from sie_worker.sie_api.models import describes, merge_model_infos, model_detail
 
 __all__ = ["SLOT_HEADER", "build_client", "create_router_app"]
 
@@ -89,7 +91,11 @@ def create_router_app(
     ]
     app = WiredStarlette(
         routes=routes,
-        middleware=[Middleware(RequestId), Middleware(BearerAuth, api_key=settings.api_key)],
+        middleware=[
+            Middleware(RequestId),
+            Middleware(RequestLimits, max_bytes=settings.max_body_bytes),
+            Middleware(BearerAuth, api_key=settings.api_key),
+        ],
         exception_handlers=dict(EXCEPTION_HANDLERS),
         lifespan=router.lifespan,
     )
@@ -196,7 +202,7 @@ class _Router:
         infos = merge_model_infos(
             a["models"] for a in answers.values() if isinstance(a.get("models"), list)
         )
-        info = next((i for i in infos if _names(i, model_id)), None)
+        info = next((i for i in infos if describes(i, model_id)), None)
         entry = entries[model_id]
         return JSONResponse(entry if info is None else model_detail(entry, info))
 
@@ -258,7 +264,7 @@ class _Router:
     # -- helpers -------------------------------------------------------------------------
 
     def _relay(self, upstream: Upstream, route: _Pick) -> Response:
-        return RelayResponse(self.table, upstream, route)
+        return SlotRelayResponse(self.table, upstream, route)
 
     def _by_policy(self, model: str) -> _Pick:
         async def route(exclude: frozenset[int]) -> Decision:
@@ -335,7 +341,7 @@ class _Router:
             metrics.queued.dec()
 
     async def _upstream(self, request: Request, *, model: str | None) -> Upstream:
-        body = await read_body(request, self.settings.max_body_bytes)
+        body = await request.body()  # its size limit: RequestLimits
         return Upstream(
             method=request.method,
             target=request_target(request),
@@ -386,16 +392,3 @@ class _Router:
             }
             for s in self.table.slots
         ]
-
-
-def _names(info: dict[str, Any], model_id: str) -> bool:
-    """Whether SIE's ModelInfo ``info`` is the config of served model ``model_id``."""
-    name = info.get("name")
-    if name == model_id:
-        return True
-    profiles = info.get("profiles")
-    return (
-        isinstance(name, str)
-        and isinstance(profiles, dict)
-        and any(model_id == f"{name}:{p}" for p in profiles)
-    )

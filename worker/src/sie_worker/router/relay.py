@@ -19,15 +19,17 @@ from typing import Any
 
 from sie_worker.http import relay as _relay
 from sie_worker.http.relay import RelayLimits, Upstream
-from sie_worker.http.upstream import StreamResponse, open_stream
+from sie_worker.http.upstream import open_stream
+from sie_worker.http.upstream_answer import UpstreamAnswer
 from sie_worker.router.policy import Decision
 from sie_worker.router.state import SlotTable
 
-__all__ = ["RelayResponse"]
+__all__ = ["ChooseSlot", "SlotRelayResponse"]
 
 logger = logging.getLogger("sie_worker.router")
 
-Route = Callable[[frozenset[int]], Awaitable[Decision]]
+# Picks the slot of a try, given the slots already tried.
+ChooseSlot = Callable[[frozenset[int]], Awaitable[Decision]]
 # Unsent bytes held per relayed answer: past this, reading from the slot pauses until the
 # client has taken them, so a slow client slows its slot's stream instead of growing memory.
 _HIGH_WATER = 1024 * 1024
@@ -83,14 +85,14 @@ class _SlotDispatch:
         )
 
 
-class RelayResponse(_relay.RelayResponse):
+class SlotRelayResponse(_relay.RelayResponse):
     """Route (by slot), relay and account for one request."""
 
     def __init__(
         self,
         table: SlotTable,
         upstream: Upstream,
-        route: Route,
+        route: ChooseSlot,
         *,
         arrived: float | None = None,
     ) -> None:
@@ -125,6 +127,6 @@ class RelayResponse(_relay.RelayResponse):
         )
 
 
-async def _open(url: str, *args: Any, **kwargs: Any) -> StreamResponse:
+async def _open(url: str, *args: Any, **kwargs: Any) -> UpstreamAnswer:
     # Looked up at call time, so tests can replace this module's open_stream.
     return await open_stream(url, *args, **kwargs)

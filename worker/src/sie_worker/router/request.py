@@ -7,9 +7,9 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.requests import Request
 
 from sie_worker.errors import InvalidRequest
-from sie_worker.http.request import model_of, read_body
+from sie_worker.http.request import model_of
 
-__all__ = ["SLOT_HEADER", "model_of", "named_slot", "read_body", "request_target"]
+__all__ = ["SLOT_HEADER", "model_of", "named_slot", "request_target"]
 
 SLOT_HEADER = "x-sie-slot"
 

@@ -24,8 +24,8 @@ from typing import Any
 import anyio
 import httpx
 
+from sie_worker.http.connections import Connections
 from sie_worker.http.poll import PollError, poll_answers
-from sie_worker.http.upstream import Connections
 from sie_worker.model_states import MODEL_STATES, parse_state
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import (

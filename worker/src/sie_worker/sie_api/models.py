@@ -17,6 +17,7 @@ from sie_worker.model_states import ModelState, parse_state, progress
 
 __all__ = [
     "SIE_STATES",
+    "describes",
     "merge_model_infos",
     "model_detail",
     "model_info",
@@ -193,3 +194,16 @@ def _capabilities(config: ModelConfig) -> dict[str, Any] | None:
         capabilities["lora_adapters"] = list(dict.fromkeys(union))
         capabilities["profile_lora_adapters"] = per_profile
     return capabilities
+
+
+def describes(info: dict[str, Any], model_id: str) -> bool:
+    """Whether SIE's ModelInfo ``info`` is the config of served model ``model_id``."""
+    name = info.get("name")
+    if name == model_id:
+        return True
+    profiles = info.get("profiles")
+    return (
+        isinstance(name, str)
+        and isinstance(profiles, dict)
+        and any(model_id == f"{name}:{p}" for p in profiles)
+    )

@@ -13,10 +13,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sie_worker.config.load_options import declared_width
+from sie_worker.config.flags.option_tables import option_tables, resolve
+from sie_worker.config.load.load_options import declared_width
+from sie_worker.config.load.model_shape import ModelPathError, find_config_json
 from sie_worker.config.model import ServedModel
-from sie_worker.config.model_shape import ModelPathError, find_config_json
-from sie_worker.config.option_tables import option_tables, resolve
 from sie_worker.errors import Problem
 from sie_worker.sizing.arithmetic import Hardware, ModelSize, Workload
 from sie_worker.sizing.config_warnings import config_warnings

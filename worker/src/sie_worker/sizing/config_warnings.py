@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from sie_worker.config.rules import valid_widths
+from sie_worker.config.widths import valid_widths
 from sie_worker.errors import Problem
 from sie_worker.sizing.arithmetic import (
     EPS,

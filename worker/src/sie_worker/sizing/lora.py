@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from sie_worker.config.hf_config import HFConfig
+from sie_worker.config.load.hf_config import HFConfig
 
 __all__ = [
     "ALL_MODULES",
@@ -57,7 +57,7 @@ def module_dims(
 
 def projection_dims(hf: HFConfig) -> dict[str, tuple[int, int]] | None:
     """The projections of a model's config.json (its text model's, for multimodal ones:
-    :mod:`sie_worker.config.hf_config`), or None when it lacks the hidden size, the
+    :mod:`sie_worker.config.load.hf_config`), or None when it lacks the hidden size, the
     intermediate size or the head counts."""
     hidden, intermediate = hf.hidden_size, hf.intermediate_size
     heads, kv_heads, head_dim = hf.attention_heads, hf.kv_heads, hf.head_dim

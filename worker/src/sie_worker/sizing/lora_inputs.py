@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sie_worker.config.hf_config import HFConfigError, read_hf_config
+from sie_worker.config.flags.option_tables import flag_value, option_tables
+from sie_worker.config.load.hf_config import HFConfigError, read_hf_config
 from sie_worker.config.lora import ADAPTER_CONFIG, lora_adapters, max_loras, resolve_local
 from sie_worker.config.model import ServedModel
-from sie_worker.config.option_tables import flag_value, option_tables
 from sie_worker.sizing.lora import ALL_MODULES, LoraSizing, lora_sizing, projection_dims
 
 __all__ = ["ASSUMED_RANK", "lora_for"]

@@ -1,6 +1,6 @@
 """What capacity planning reads from a model directory: shape, dtype, parameter count.
 
-``config.json`` (read by :mod:`sie_worker.config.hf_config`) gives layers, attention and KV
+``config.json`` (read by :mod:`sie_worker.config.load.hf_config`) gives layers, attention and KV
 heads, head_dim, the dtype and any quantization; sizing refuses a config.json that lacks
 layers, attention heads or head_dim, or holds a field that is not a positive integer.
 Parameter count and checkpoint bytes come from the safetensors files: each file's header
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sie_worker.config.hf_config import (
+from sie_worker.config.load.hf_config import (
     HFConfig,
     HFConfigError,
     dtype_bits,

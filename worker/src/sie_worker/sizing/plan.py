@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from sie_worker.config.rules import MAX_WIDTH, valid_widths
+from sie_worker.config.widths import MAX_WIDTH, valid_widths
 from sie_worker.sizing.arithmetic import (
     EPS,
     Hardware,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sie_worker.config.rules import MAX_WIDTH, valid_widths
+from sie_worker.config.widths import MAX_WIDTH, valid_widths
 from sie_worker.sizing.arithmetic import Shape, is_power_of_two
 
 __all__ = ["WidthChoice", "choose_width"]

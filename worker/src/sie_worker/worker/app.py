@@ -19,9 +19,10 @@ from sie_worker.config.lora_choice import check_adapter, split_model
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.errors import UnknownModel
 from sie_worker.http.auth import BearerAuth
-from sie_worker.http.body_limit import BodyLimit
 from sie_worker.http.errors import EXCEPTION_HANDLERS
 from sie_worker.http.request_id import RequestId
+from sie_worker.http.request_limits import RequestLimits
+from sie_worker.http.transport import hop_client
 from sie_worker.http.wire import WiredStarlette
 from sie_worker.settings import Settings
 from sie_worker.sie_api.ids import resolve_model_id
@@ -56,10 +57,9 @@ def create_app(
     store = ConfigStore(settings.config_dir, settings.config_api)
     store.remember(configs)
     owns_client = client is None
-    http = client or httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-        trust_env=False,
-    )
+    # The worker's own calls to its engines (readiness, metrics, LoRA loads) go through the
+    # same client as their requests (sie_worker.http.upstream), on kept-alive connections.
+    http = client or hop_client(httpx.Timeout(5.0))
     manager = ModelManager(settings, http, metrics, configs, base_env=environ, memory=memory)
 
     @contextlib.asynccontextmanager
@@ -98,7 +98,7 @@ def create_app(
         routes=routes,
         middleware=[
             Middleware(RequestId),
-            Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
+            Middleware(RequestLimits, max_bytes=settings.max_body_bytes),
             Middleware(BearerAuth, api_key=settings.api_key),
         ],
         exception_handlers=dict(EXCEPTION_HANDLERS),

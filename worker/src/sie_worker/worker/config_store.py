@@ -22,9 +22,9 @@ from typing import Any
 import anyio
 import yaml
 
+from sie_worker.config.files.reader import MAX_CONFIG_BYTES, parse_config, parse_config_text
+from sie_worker.config.files.yamldoc import MAX_DEPTH
 from sie_worker.config.model import ModelConfig
-from sie_worker.config.reader import MAX_CONFIG_BYTES, parse_config, parse_config_text
-from sie_worker.config.yamldoc import MAX_DEPTH
 from sie_worker.errors import Forbidden, InvalidConfig, InvalidRequest, Problem, UnknownModel
 from sie_worker.settings import ConfigApiMode
 

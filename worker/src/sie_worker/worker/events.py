@@ -102,7 +102,7 @@ class EventCheck:
 def ends_with_done(chunk: bytes, previous: bytes) -> bool:
     """Whether the stream's ``[DONE]`` event ends with ``chunk``. The client's answer ends
     there, before the engine's end of body; the engine connection is read on to that end
-    and kept for the next stream (:class:`~sie_worker.http.upstream.Connections`), or
+    and kept for the next stream (:class:`~sie_worker.http.connections.Connections`), or
     closed by the worker, so the TIME_WAIT is left on the worker's ephemeral port rather
     than on the engine's port, which the port picker tests."""
     if chunk.endswith(_DONE_EVENT):

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from sie_worker.config.adapters import NotServedHere, UnknownAdapter
 from sie_worker.config.engine_families import family_of
-from sie_worker.config.load_options import adapter_of
+from sie_worker.config.load.load_options import adapter_of
 from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.lora_choice import (
     ADAPTER_FIELD,
@@ -191,7 +191,6 @@ async def _serve(
             ) from None
     lease = open_lease(record, running, manager.metrics, started=started, adapter=label)
     return await forward(
-        request.app.state.http,
         lease,
         call.path,
         body,

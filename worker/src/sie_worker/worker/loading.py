@@ -29,8 +29,8 @@ import anyio
 import httpx
 
 from sie_worker.config.adapters import resolve_adapter
-from sie_worker.config.load_options import LoadOptions
-from sie_worker.config.loadtime import resolve_load_options
+from sie_worker.config.load.load_options import LoadOptions
+from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import InvalidConfig, LoadFailed, SieError
 from sie_worker.settings import Settings

@@ -29,8 +29,8 @@ from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.errors import LoadFailed, ModelLoading, PlacementFailed, SieError, UnknownModel
 from sie_worker.settings import Settings
+from sie_worker.worker.launcher.group_guard import start_group_guard
 from sie_worker.worker.launcher.plan import exports_metrics
-from sie_worker.worker.launcher.process import start_group_guard
 from sie_worker.worker.launcher.start import RunningEngine
 from sie_worker.worker.launcher.stops import EngineStops, consume_exception
 from sie_worker.worker.loading import Loader

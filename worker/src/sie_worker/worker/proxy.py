@@ -20,7 +20,7 @@ connections, events written from the engine parser's callback, the client answer
 ``[DONE]``); this module's
 :class:`_EngineStream` says what it means for the worker: the engine's refusals as the
 client's errors, the event check (:mod:`sie_worker.worker.events`), the lease given back
-once. JSON answers go through the injected httpx client's pool.
+once. A JSON answer takes the same client, connections and deadlines, and is read whole.
 
 A profile's runtime options (:class:`~sie_worker.config.runtime.RequestRuntime`) rewrite the
 body before it is sent and bound the answer (:class:`~sie_worker.http.deadlines.Deadlines`):
@@ -38,11 +38,10 @@ answer is relayed as it is.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -54,14 +53,15 @@ from sie_worker.config.runtime import RequestRuntime, Timeouts
 from sie_worker.errors import (
     EngineTimeout,
     EngineUnavailable,
-    InvalidRequest,
-    PayloadTooLarge,
     SieError,
 )
+from sie_worker.http.connections import Connections
 from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
 from sie_worker.http.splice import relay_stream
-from sie_worker.http.upstream import Connections
+from sie_worker.http.transport import MAX_ANSWER_BYTES
+from sie_worker.http.upstream import open_stream
 from sie_worker.sie_api.call import Answer, Events, EventTranslator
+from sie_worker.worker.engine_errors import engine_error
 from sie_worker.worker.events import MAX_EVENT_BYTES, EventCheck, ends_with_done
 from sie_worker.worker.metrics import StreamTimer, WorkerMetrics
 
@@ -76,7 +76,6 @@ _T = TypeVar("_T")
 _FORWARDED_HEADERS = ("content-type", "accept", "x-request-id")
 _STREAM_HIGH_WATER = 1024 * 1024
 _CONNECT_TIMEOUT_S = 5.0
-_WRITE_TIMEOUT_S = 60.0
 _STREAM_HEADERS = {
     "content-type": "text/event-stream; charset=utf-8",
     "cache-control": "no-cache",
@@ -154,7 +153,6 @@ def record_request(
 
 
 async def forward(
-    client: httpx.AsyncClient,
     lease: Lease,
     path: str,
     body: bytes,
@@ -167,7 +165,7 @@ async def forward(
     events: Events | None = None,
 ) -> Response:
     """Send ``body`` to the engine's ``path``; the lease is released when the answer is done.
-    Streams go over their own connection, everything else through ``client``'s pool.
+    Streams and JSON answers go over the engine's kept-alive connections (``lease``).
     ``runtime`` is the served model's (body rewrite, timeouts); ``answer`` / ``events``
     translate the engine's answer."""
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
@@ -176,7 +174,7 @@ async def forward(
     if runtime is not None:
         body = runtime.rewrite(path, body)
     if not stream:
-        return await _forward_json(client, lease, path, body, upstream_headers, deadlines, answer)
+        return await _forward_json(lease, path, body, upstream_headers, deadlines, answer)
     translate = events(lease.model) if events is not None else None
     policy = _EngineStream(lease, deadlines, translate, {"x-request-id": request_id})
     return await relay_stream(
@@ -213,7 +211,6 @@ def _deadlines(lease: Lease, timeouts: Timeouts) -> Deadlines:
 
 
 async def _forward_json(
-    client: httpx.AsyncClient,
     lease: Lease,
     path: str,
     body: bytes,
@@ -221,47 +218,36 @@ async def _forward_json(
     deadlines: Deadlines,
     answer: Answer | None,
 ) -> Response:
-    timeout = httpx.Timeout(
-        connect=_CONNECT_TIMEOUT_S, read=deadlines.read_s, write=_WRITE_TIMEOUT_S, pool=None
-    )
-    request = client.build_request(
-        "POST", lease.base_url + path, content=body, headers=headers, timeout=timeout
-    )
+    """A JSON answer, read whole with the same client, connections and deadlines as a
+    stream (:func:`~sie_worker.http.upstream.open_stream`)."""
     reply_headers = {"x-request-id": headers["x-request-id"]}
     try:
         try:
-            upstream = await _within(deadlines, client.send(request, stream=True), first=True)
+            upstream = await open_stream(
+                lease.base_url + path,
+                body,
+                headers.items(),
+                connect_timeout_s=_CONNECT_TIMEOUT_S,
+                deadlines=deadlines,
+                high_water=MAX_ANSWER_BYTES + 1,
+                connections=lease.connections,
+            )
             try:
-                content = await _within(deadlines, upstream.aread(), first=False)
+                content = await upstream.read_all(MAX_ANSWER_BYTES + 1)
             finally:
-                await upstream.aclose()
-        except SieError:
-            raise
+                upstream.close()
+            if len(content) > MAX_ANSWER_BYTES:
+                raise httpx.RemoteProtocolError(
+                    f"the answer is larger than {MAX_ANSWER_BYTES} bytes"
+                )
         except Exception as exc:
             raise _failure(lease, deadlines, exc) from exc
-        return _reply(lease, upstream.status_code, content, reply_headers, answer)
+        return _reply(lease, upstream.status, content, reply_headers, answer)
     except SieError as error:
         lease.status = str(error.status)
         raise
     finally:
         lease.release()
-
-
-async def _within(deadlines: Deadlines, step: Awaitable[_T], *, first: bool) -> _T:
-    """Await ``step`` within the fixed deadlines still to come: the first chunk's while
-    waiting for it (``first``), and the whole answer's. A step's own timeout passes."""
-    due = deadlines.next_due(not first)
-    if due is None:
-        return await step  # the usual case: nothing but the read timeout
-    at, limit = due
-    scope = asyncio.timeout_at(at)
-    try:
-        async with scope:
-            return await step
-    except TimeoutError:
-        if not scope.expired():
-            raise
-        raise DeadlineHit(limit.name, limit.seconds) from None
 
 
 class _EngineStream:
@@ -367,7 +353,7 @@ def _json_reply(
     answer: Answer | None,
 ) -> Response:
     if status >= 400:
-        raise _engine_error(lease, status, content)
+        raise engine_error(lease.model, status, content)
     try:
         payload: Any = json.loads(content)
     except ValueError as exc:
@@ -379,31 +365,3 @@ def _json_reply(
         response.headers.update(headers)
         return response
     return Response(content, status_code=status, media_type="application/json", headers=headers)
-
-
-def _engine_error(lease: Lease, status: int, content: bytes) -> SieError:
-    message = _engine_message(content) or f"engine answered HTTP {status}"
-    message = f"{lease.model}: {message}"
-    if status == 413:
-        return PayloadTooLarge(message)
-    if 400 <= status < 500:
-        return InvalidRequest(message, status=status)  # keep the engine's 4xx (404, 422...)
-    return EngineUnavailable(f"{message} (engine HTTP {status})")
-
-
-def _engine_message(content: bytes) -> str | None:
-    try:
-        payload = json.loads(content)
-    except ValueError:
-        text = content[:300].decode("utf-8", "replace").strip()
-        return text or None
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-        for key in ("message", "detail"):
-            if isinstance(payload.get(key), str):
-                return str(payload[key])
-    return None

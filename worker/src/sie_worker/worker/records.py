@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from sie_worker.config.load_options import declared_width
+from sie_worker.config.load.load_options import declared_width
 from sie_worker.config.lora import lora_adapters
 from sie_worker.config.model import ServedModel
 from sie_worker.model_states import ModelState

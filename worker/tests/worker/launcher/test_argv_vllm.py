@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sie_worker.config.loadtime import resolve_load_options
+from sie_worker.config.files.reader import parse_config
+from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import ServedModel, served_model
-from sie_worker.config.reader import parse_config
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import LaunchPlan, exports_metrics, plan_launch
 

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from tests.support.example_config import GENERATION, example_profile
 
-from sie_worker.config.loadtime import resolve_load_options
-from sie_worker.config.model import ServedModel, served_model
-from sie_worker.config.reader import parse_config
-from sie_worker.config.sglang_release import (
+from sie_worker.config.files.reader import parse_config
+from sie_worker.config.flags.sglang_release import (
     disable_cuda_graph_args,
     engine_version,
     prefill_graph_flag,
     version_key,
 )
+from sie_worker.config.load.loadtime import resolve_load_options
+from sie_worker.config.model import ServedModel, served_model
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import engine_env, env_delta, plan_launch
 
@@ -324,7 +324,7 @@ def test_the_bundle_release_wins_over_the_installed_one() -> None:
 def test_release_is_the_environment_then_the_bundle_then_the_installed_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sie_worker.config import sglang_release as sglang_version
+    from sie_worker.config.flags import sglang_release as sglang_version
 
     monkeypatch.setattr(sglang_version, "installed_version", lambda: None)
     assert engine_version("sglang", {"SIE_SGLANG_VERSION": "0.5.21"}) == "0.5.21"
@@ -336,7 +336,7 @@ def test_release_is_the_environment_then_the_bundle_then_the_installed_one(
 
 
 def test_a_mismatched_installed_release_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sie_worker.config import sglang_release as sglang_version
+    from sie_worker.config.flags import sglang_release as sglang_version
 
     monkeypatch.setattr(sglang_version, "installed_version", lambda: "0.5.23")
     assert sglang_version.release_mismatch("sglang-cu130", {}) is None

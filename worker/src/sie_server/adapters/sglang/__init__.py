@@ -1,7 +1,7 @@
 """SGLang adapters: one SGLang engine per model, tensor parallel across its GPU block.
 
 Their load-time options, and the SGLang flag each one means, are one table:
-:mod:`sie_worker.config.sglang_flags`.
+:mod:`sie_worker.config.flags.sglang_flags`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from sie_server.adapters.base import Adapter, EngineKind, Task
-from sie_worker.config.sglang_flags import Family, options_for
+from sie_worker.config.flags.sglang_flags import Family, options_for
 
 __all__ = ["SEED_OPTIONS", "SGLANG_LOADTIME_OPTIONS", "SGLangAdapter"]
 

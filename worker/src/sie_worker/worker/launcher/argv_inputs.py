@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 
 from sie_worker.config.engine_families import EngineFamily
-from sie_worker.config.load_options import LoadOptions
+from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.settings import Settings
 

@@ -14,7 +14,7 @@
 - ``--mem-fraction-static`` (the engine's share of the memory free at its start when the
   worker knows device memory, else ``mem_fraction_static`` as declared),
   ``--attention-backend``, ``--grammar-backend``, ``--reasoning-parser``,
-  ``--tool-call-parser``, ``--speculative-*`` (:mod:`sie_worker.config.sglang_flags`);
+  ``--tool-call-parser``, ``--speculative-*`` (:mod:`sie_worker.config.flags.sglang_flags`);
 - with ``lora_paths``: ``--enable-lora --max-loras-per-batch N --lora-paths name=path ...``
   (:mod:`sie_worker.config.lora`; a hub adapter's path is its fetched snapshot);
 - the prefill CUDA-graph switch (``--disable-prefill-cuda-graph`` from 0.5.20,
@@ -35,13 +35,13 @@ from collections.abc import Mapping
 
 from sie_worker.config.adapters import resolve_adapter
 from sie_worker.config.engine_families import family_of
-from sie_worker.config.lora import sglang_lora_args
-from sie_worker.config.sglang_flags import SGLANG_OPTIONS, speculative_args
-from sie_worker.config.sglang_release import (
+from sie_worker.config.flags.sglang_flags import SGLANG_OPTIONS, speculative_args
+from sie_worker.config.flags.sglang_release import (
     disable_cuda_graph_args,
     engine_version,
     prefill_graph_flag,
 )
+from sie_worker.config.lora import sglang_lora_args
 from sie_worker.worker.launcher.argv_inputs import ENGINE_HOST, ArgvInputs
 
 __all__ = ["sglang_argv"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from sie_worker.config.adapters import resolve_adapter
 from sie_worker.config.engine_families import family_of
-from sie_worker.config.vllm_flags import VLLM_OPTIONS, vllm_lora_args
+from sie_worker.config.flags.vllm_flags import VLLM_OPTIONS, vllm_lora_args
 from sie_worker.worker.launcher.argv_inputs import ENGINE_HOST, ArgvInputs
 
 __all__ = ["vllm_argv"]

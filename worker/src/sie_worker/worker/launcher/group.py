@@ -11,6 +11,7 @@ runs (:func:`shared_memory_of`) and removes them once the group is gone
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -18,7 +19,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SHM", "Member", "group_members", "ranks_of", "remove_files", "shared_memory_of"]
+__all__ = [
+    "SHM",
+    "Member",
+    "group_members",
+    "process_exited",
+    "ranks_of",
+    "remove_files",
+    "shared_memory_of",
+]
 
 SHM = Path("/dev/shm")
 _PROC = Path("/proc")
@@ -112,3 +121,46 @@ def _title(entry: Path) -> str:
         return (entry / "comm").read_text().strip()
     except OSError:
         return ""
+
+
+async def process_exited(pid: int, *, child: bool = True) -> None:
+    """Wait until process ``pid`` has exited (a pidfd becomes readable; polling without one).
+    ``child``: whether it is this process's child (else it is polled by signal 0)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        alive = _running if child else _exists
+        while alive(pid):  # noqa: ASYNC110 - no event to wait on without a pidfd
+            await asyncio.sleep(0.05)
+        return
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(fd, _set_once, done)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+def _set_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _running(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return waited == 0
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

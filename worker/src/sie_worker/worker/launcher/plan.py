@@ -23,7 +23,7 @@ from types import MappingProxyType
 from sie_server.adapters.base import EngineKind
 from sie_worker.config.adapters import resolve_adapter
 from sie_worker.config.engine_families import family_of
-from sie_worker.config.load_options import LoadOptions
+from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.devices import core_list, cuda_mask
 from sie_worker.settings import Settings

@@ -27,12 +27,10 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -41,12 +39,14 @@ import psutil
 from sie_worker.errors import LoadFailed, StartupTimeout
 from sie_worker.worker.launcher.group import (
     group_members,
+    process_exited,
     ranks_of,
     remove_files,
     shared_memory_of,
 )
+from sie_worker.worker.launcher.group_guard import guard
 
-__all__ = ["EngineProcess", "OutOfMemory", "PortInUse", "start_group_guard"]
+__all__ = ["EngineProcess", "OutOfMemory", "PortInUse"]
 
 _log = logging.getLogger("sie_worker.engine")
 _PR_SET_PDEATHSIG = 1
@@ -86,49 +86,6 @@ def _preexec(cores: tuple[int, ...] | None) -> Callable[[], None]:
     return run
 
 
-async def _exited(pid: int, *, child: bool = True) -> None:
-    """Wait until process ``pid`` has exited (a pidfd becomes readable; polling without one).
-    ``child``: whether it is this process's child (else it is polled by signal 0)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        alive = _running if child else _exists
-        while alive(pid):  # noqa: ASYNC110 - no event to wait on without a pidfd
-            await asyncio.sleep(0.05)
-        return
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(fd, _set_once, done)
-    try:
-        await done
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
-
-
-def _set_once(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _running(pid: int) -> bool:
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return waited == 0
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _engine_scratch(env: Mapping[str, str]) -> tuple[Path, dict[str, str]]:
     """A scratch folder for one engine (its ``TMPDIR``, under the worker's) and the engine's
     environment with it. torch's compile cache keeps its usual home under the worker's
@@ -141,121 +98,6 @@ def _engine_scratch(env: Mapping[str, str]) -> tuple[Path, dict[str, str]]:
         user = str(os.getuid())
     cache = env.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(parent, f"torchinductor_{user}")
     return scratch, {**env, "TMPDIR": str(scratch), "TORCHINDUCTOR_CACHE_DIR": cache}
-
-
-# Run as `python -c`: detach (so it is nobody's engine child), then track lines "+pgid
-# [scratch folder]" (an engine group), "=pgid path" (a shared-memory file it uses) and
-# "-pgid" (stopped and cleaned up by the worker); end of file means the worker is gone,
-# however it ended: kill what is left and remove its files.
-_GUARD_SCRIPT = """
-import os, shutil, signal, sys
-if os.fork():
-    os._exit(0)
-groups = {}
-for line in sys.stdin.buffer:
-    head, _, rest = line.rstrip(b"\\n").partition(b" ")
-    try:
-        pgid = int(head[1:])
-    except ValueError:
-        continue
-    path = os.fsdecode(rest) if rest else None
-    if head[:1] == b"+":
-        groups[pgid] = [path] if path else []
-    elif head[:1] == b"=" and path and pgid in groups:
-        groups[pgid].append(path)
-    else:
-        groups.pop(pgid, None)
-for pgid in groups:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
-for paths in groups.values():
-    for path in paths:
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-"""
-
-
-class _GroupGuard:
-    """Kills every registered engine process group once the worker process is gone.
-
-    The parent-death signal only reaches an engine's main process; the ranks it spawned
-    (which a real engine may or may not tie to their parent) would otherwise outlive a
-    worker killed with SIGKILL. Best effort: without the guard, engines still stop with
-    the worker in every other way.
-    """
-
-    def __init__(self) -> None:
-        self._pipe: int | None = None  # a raw fd: closed by the process's exit, never before
-        self._started = False
-
-    def start(self) -> None:
-        """Start the guard process (blocks briefly: call it at worker start, not per load)."""
-        if not self._started:
-            self._started = True
-            self._pipe = _start_guard()
-
-    def add(self, pgid: int, scratch: Path | None = None) -> None:
-        self.start()  # already started by the worker's lifespan; a fallback for direct use
-        self._send(b"+%d%s\n" % (pgid, b" " + os.fsencode(scratch) if scratch else b""))
-
-    def files(self, pgid: int, paths: Iterable[Path]) -> None:
-        """Files the group uses, removed with it if the worker dies first."""
-        for path in paths:
-            self._send(b"=%d %s\n" % (pgid, os.fsencode(path)))
-
-    def remove(self, pgid: int) -> None:
-        self._send(b"-%d\n" % pgid)
-
-    def _send(self, line: bytes) -> None:
-        if self._pipe is None:
-            return
-        try:
-            os.write(self._pipe, line)
-        except OSError:  # the guard is gone (killed by someone): carry on without it
-            _log.warning("the engine group guard is gone; rank processes may outlive a SIGKILL")
-            os.close(self._pipe)
-            self._pipe = None
-
-
-def _start_guard() -> int | None:
-    """Start the guard; return the write end of its pipe (non-inheritable: engines never
-    hold it, so it closes exactly when this process ends)."""
-    read_end, write_end = os.pipe()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-c", _GUARD_SCRIPT],
-            stdin=read_end,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        process.wait(timeout=30)  # the first process exits at once; its forked child stays
-    except (OSError, subprocess.SubprocessError) as exc:
-        os.close(write_end)
-        _log.warning(
-            "cannot start the engine group guard (%s); rank processes may outlive "
-            "a SIGKILL of the worker",
-            exc,
-        )
-        return None
-    finally:
-        os.close(read_end)
-    return write_end
-
-
-_guard = _GroupGuard()
-
-
-def start_group_guard() -> None:
-    """Start the process that kills engine groups left behind if this worker dies."""
-    _guard.start()
 
 
 class PortInUse(LoadFailed):
@@ -321,7 +163,7 @@ class EngineProcess:
             shutil.rmtree(scratch, ignore_errors=True)
             raise LoadFailed(f"{model}: cannot start engine {argv[0]!r}: {exc}") from exc
         _log.info("%s: engine started (pid %d, port %d)", model, process.pid, port)
-        _guard.add(process.pid, scratch)  # its own session: the group id is its pid
+        guard.add(process.pid, scratch)  # its own session: the group id is its pid
         return cls(model, process, port, ranks=ranks, scratch=scratch)
 
     @property
@@ -390,7 +232,7 @@ class EngineProcess:
         rank: one exiting ends the engine (:attr:`ended`)."""
         members = group_members(self.process.pid)
         found = shared_memory_of(m.pid for m in members)
-        _guard.files(self.process.pid, found - self.shared_memory)
+        guard.files(self.process.pid, found - self.shared_memory)
         self.shared_memory |= found
         for rank in ranks_of(members, self._rank_pattern):
             self._rank_watchers.append(
@@ -416,7 +258,7 @@ class EngineProcess:
         self._signal_group(signal.SIGKILL)
         code = await self._exited
         await self._group_gone()
-        _guard.remove(self.process.pid)  # the group is killed and its leader reaped
+        guard.remove(self.process.pid)  # the group is killed and its leader reaped
         for task in self._rank_watchers:
             task.cancel()
         await asyncio.gather(*self._rank_watchers, self._ended, return_exceptions=True)
@@ -441,7 +283,7 @@ class EngineProcess:
             await asyncio.sleep(0.02)
 
     async def _watch_rank(self, pid: int, title: str) -> None:
-        await _exited(pid, child=False)
+        await process_exited(pid, child=False)
         if not self._rank_gone.done():
             self._rank_gone.set_result(f"its rank process {title!r} (pid {pid}) exited")
 
@@ -483,7 +325,7 @@ class EngineProcess:
     async def _wait_exit(self) -> int:
         # Not process.wait(): on Python 3.11 it also waits until every copy of the output
         # pipe is closed, which a surviving child of the engine can keep open forever.
-        await _exited(self.process.pid)
+        await process_exited(self.process.pid)
         # The child watcher reaps it momentarily and sets no event we could wait on.
         while self.process.returncode is None:  # noqa: ASYNC110
             await asyncio.sleep(0.005)

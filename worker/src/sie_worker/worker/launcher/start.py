@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 import httpx
 
 from sie_worker.config.engine_families import family_of
-from sie_worker.config.load_options import LoadOptions
+from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import LoadFailed
-from sie_worker.http.upstream import Connections
+from sie_worker.http.connections import Connections
 from sie_worker.settings import Settings
 from sie_worker.sizing.memory_needs import EngineShare
 from sie_worker.worker.launcher import ports

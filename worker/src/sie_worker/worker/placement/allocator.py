@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Literal, get_args
 
+from sie_worker.config.widths import width_fits
+
 __all__ = ["STRATEGIES", "Claim", "NoPlacement", "Placement", "Strategy", "place"]
 
 Strategy = Literal["spread", "pack"]
@@ -129,7 +131,7 @@ def place(
     models on a device of unknown memory), and :class:`NoPlacement` when no room can be made.
     """
     devices = _Devices((None,) * budgets if isinstance(budgets, int) else tuple(budgets), claims)
-    if not 1 <= width <= devices.count:
+    if not width_fits(width, devices.count):
         raise ValueError(f"width {width} does not fit {devices.count} device(s)")
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown placement strategy {strategy!r}")

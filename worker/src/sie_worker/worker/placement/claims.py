@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from sie_worker.config.adapters import NotServedHere, UnknownAdapter, resolve_adapter
-from sie_worker.config.load_options import LoadOptions, adapter_of
+from sie_worker.config.load.load_options import LoadOptions, adapter_of
+from sie_worker.config.load.model_shape import ModelPathError, local_model_dir
 from sie_worker.config.model import ServedModel
-from sie_worker.config.model_shape import ModelPathError, local_model_dir
 from sie_worker.errors import PlacementFailed
 from sie_worker.settings import Settings
 from sie_worker.sizing.memory_needs import EngineKind, memory_need

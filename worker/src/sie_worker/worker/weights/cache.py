@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sie_worker.config.model_shape import hf_hub_cache
+from sie_worker.config.load.model_shape import hf_hub_cache
 from sie_worker.worker.weights.files import (
     DEFAULT_REVISION,
     MARKER_FOLDER,

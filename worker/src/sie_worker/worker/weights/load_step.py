@@ -13,8 +13,8 @@ import logging
 
 import anyio
 
-from sie_worker.config.load_options import LoadOptions
-from sie_worker.config.loadtime import resolve_load_options
+from sie_worker.config.load.load_options import LoadOptions
+from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.lora import LoraAdapter
 from sie_worker.config.model import ServedModel
 from sie_worker.settings import Settings

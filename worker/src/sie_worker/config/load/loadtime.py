@@ -1,0 +1,362 @@
+"""Load-time options: what each adapter accepts, their defaults, and the load-time rules.
+
+Applied when a model loads, by ``sie-worker plan`` and by ``sie-worker validate --devices``.
+Every refusal is an :class:`~sie_worker.errors.InvalidConfig` listing all problems at once.
+
+Defaults: ``tensor_parallel_size`` 1; ``request_read_timeout_s`` generation:
+``SIE_SGLANG_GENERATE_READ_TIMEOUT_S`` or none, embedding: 60; ``startup_timeout_s``
+``SIE_MODEL_READY_TIMEOUT_S`` or 900; ``watchdog_timeout_s`` the engine's;
+``disable_piecewise_cuda_graph`` true above width 1 (every width on ``sglang-cu130`` and with SIE's
+Gemma and cu130 adapters);
+``nccl_port`` picked by the worker from 30400-30499. The SGLang adapters' other options, the
+flag each means and its rule are one table, :mod:`sie_worker.config.flags.sglang_flags`, checked
+against the SGLang release of the worker's bundle; the transformers engine's options are
+checked in :mod:`sie_worker.config.load.engine_options`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from sie_server.adapters.base import Adapter
+from sie_worker.config.adapters import (
+    NotServedHere,
+    UnknownAdapter,
+)
+from sie_worker.config.files.jsonpath import json_path
+from sie_worker.config.files.values import number_text
+from sie_worker.config.flags.option_tables import disables_cuda_graph
+from sie_worker.config.flags.sglang_checks import SGLangChecks, release_of
+from sie_worker.config.flags.sglang_flags import Release, option_problem
+from sie_worker.config.flags.vllm_checks import VLLMChecks, vllm_release_of
+from sie_worker.config.load.engine_options import transformers_problems
+from sie_worker.config.load.load_options import LoadOptions, adapter_of, context_length
+from sie_worker.config.load.model_shape import (
+    ModelPathError,
+    head_counts,
+    local_model_dir,
+    width_fit_problems,
+)
+from sie_worker.config.lora import LoraAdapter, load_adapters, max_loras
+from sie_worker.config.model import JsonPath, ServedModel
+from sie_worker.config.widths import width_fits, width_problem
+from sie_worker.errors import InvalidConfig, Problem
+from sie_worker.settings import Settings
+
+__all__ = [
+    "CU130_BUNDLE",
+    "DEFAULT_STARTUP_TIMEOUT_S",
+    "EMBEDDING_READ_TIMEOUT_S",
+    "resolve_load_options",
+]
+
+DEFAULT_STARTUP_TIMEOUT_S = 900.0
+EMBEDDING_READ_TIMEOUT_S = 60.0
+CU130_BUNDLE = "sglang-cu130"
+# Options LoadOptions carries as fields (or the launcher reads from ``sglang``).
+_COMMON = frozenset(
+    {
+        "tensor_parallel_size",
+        "request_read_timeout_s",
+        "startup_timeout_s",
+        "watchdog_timeout_s",
+        "disable_piecewise_cuda_graph",
+        "nccl_port",
+        "disable_cuda_graph",
+    }
+)
+
+
+def resolve_load_options(
+    served: ServedModel, settings: Settings, *, env: Mapping[str, str] | None = None
+) -> LoadOptions:
+    """Check the profile's load-time options for this worker and fill in the defaults.
+
+    ``env`` is where the Hugging Face cache and ``SIE_SGLANG_VERSION`` are looked up
+    (default: the process environment). Raises :class:`InvalidConfig` naming every problem.
+    """
+    return _Resolver(served, settings, os.environ if env is None else env).resolve()
+
+
+class _Resolver:
+    def __init__(self, served: ServedModel, settings: Settings, env: Mapping[str, str]) -> None:
+        self.served = served
+        self.settings = settings
+        self.env = env
+        self.loadtime: Mapping[str, Any] = served.profile.loadtime
+        self.base: JsonPath = (
+            "profiles",
+            served.profile.loadtime_from,
+            "adapter_options",
+            "loadtime",
+        )
+        self.problems: list[Problem] = []
+        self.warnings: list[str] = []
+
+    def add(self, where: str | JsonPath | list[str | int], message: str) -> None:
+        path = json_path([*self.base, where]) if isinstance(where, str) else json_path(where)
+        self.problems.append(Problem(path, message, self.served.config.source))
+
+    def resolve(self) -> LoadOptions:
+        served, settings = self.served, self.settings
+        try:
+            adapter = adapter_of(served, settings)
+        except (UnknownAdapter, NotServedHere) as exc:
+            self.add(["profiles", served.profile.name, "adapter_path"], str(exc))
+            raise InvalidConfig(self.problems) from None
+        self._weights()
+        self._unknown_options(adapter)
+        # Refused keys are reported once, as unknown; only accepted ones get value checks.
+        self.loadtime = loadtime = {
+            k: v for k, v in self.loadtime.items() if k in adapter.loadtime_options
+        }
+        task = self._task(adapter)
+        width = self._width(adapter)
+        generation = task == "generate"
+        release, checks = self._engine_checks(adapter)
+        if "request_read_timeout_s" in loadtime:
+            read_timeout = self._seconds("request_read_timeout_s")
+        elif task == "encode":
+            read_timeout = EMBEDDING_READ_TIMEOUT_S
+        else:
+            read_timeout = settings.generate_read_timeout_s
+        startup = self._startup(width, generation)
+        if generation and width > 1 and read_timeout is None:
+            self.add(
+                "request_read_timeout_s",
+                f"is required for generation above width 1 (tensor_parallel_size {width}) "
+                "when SIE_SGLANG_GENERATE_READ_TIMEOUT_S is unset: a stalled GPU group sends "
+                "no bytes and raises no error; set a read cap in seconds, e.g. 600",
+            )
+        watchdog = self._seconds("watchdog_timeout_s")
+        piecewise = self._bool("disable_piecewise_cuda_graph")
+        if piecewise is None:
+            # SIE's Gemma and cu130 adapters turn it off at every width too.
+            piecewise = width > 1 or CU130_BUNDLE in (settings.bundle, adapter.bundle)
+        no_graphs = bool(self._bool("disable_cuda_graph")) or (
+            adapter.engine == "sglang" and disables_cuda_graph(served.profile.extra_launch_args)
+        )
+        nccl_port = self._nccl_port(width)
+        extras = {k: v for k, v in loadtime.items() if k not in _COMMON}
+        if adapter.engine == "transformers":
+            for where, message in transformers_problems(adapter, served, extras):
+                self.add(where, message)
+        model_path = self._shape(width, adapter)
+        loras = self._loras()
+        if self.problems:
+            raise InvalidConfig(self.problems)
+        return LoadOptions(
+            width=width,
+            request_read_timeout_s=read_timeout,
+            startup_timeout_s=startup,
+            watchdog_timeout_s=watchdog,
+            disable_piecewise_cuda_graph=piecewise,
+            nccl_port=nccl_port,
+            extras=MappingProxyType(extras),
+            disable_cuda_graph=no_graphs,
+            adapter=adapter.adapter_path(),
+            task=task,
+            declared=served.profile.loadtime,
+            model_path=str(model_path) if model_path is not None else None,
+            sglang_version=release.version if adapter.engine == "sglang" and release else None,
+            vllm_version=release.version if adapter.engine == "vllm" and release else None,
+            context_length=context_length(served, adapter),
+            warnings=tuple(self.warnings + (checks.warnings if checks else [])),
+            loras=loras,
+            max_loras_per_batch=max_loras(loadtime, task) if loras else None,
+        )
+
+    # --- one check each ------------------------------------------------------------------
+
+    def _weights(self) -> None:
+        config = self.served.config
+        for flag in ("package_backed", "remote_backed"):
+            if getattr(config, flag):
+                self.add(
+                    [flag],
+                    f"{flag} models have no weights the engines of this image can load; serve "
+                    "the model with SIE's own image",
+                )
+
+    def _unknown_options(self, adapter: type[Adapter]) -> None:
+        accepted = adapter.loadtime_options
+        name = adapter.__name__
+        for key in self.loadtime:
+            if key in accepted:
+                continue
+            if key == "tensor_parallel_size":
+                self.add(
+                    key,
+                    f"{name} runs on one device; only the SGLang and vLLM adapters accept "
+                    "tensor_parallel_size: remove it, or serve the model with "
+                    "sie_server.adapters.sglang.generation:SGLangGenerationAdapter (or "
+                    "sie_server.adapters.vllm.generation:VLLMGenerationAdapter)",
+                )
+                continue
+            close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else "accepted: " + ", ".join(accepted)
+            self.add(key, f"is not a load-time option of {name}; {hint}")
+
+    def _task(self, adapter: type[Adapter]) -> str | None:
+        tasks = self.served.config.tasks
+        task = adapter.task(tasks)
+        name = adapter.__name__
+        if task is None:
+            self.add(
+                ["tasks"],
+                f"{name} serves one task, and this config declares {' and '.join(tasks)}: keep "
+                "one, or serve the model with an SGLang adapter",
+            )
+        elif task not in tasks:
+            self.add(
+                ["tasks"],
+                f"{name} serves {task}, which tasks does not declare: add tasks.{task}, or "
+                "choose the adapter for " + " and ".join(tasks),
+            )
+        return task
+
+    def _width(self, adapter: type[Adapter]) -> int:
+        if "tensor_parallel_size" not in adapter.loadtime_options:
+            return 1
+        value = self.loadtime.get("tensor_parallel_size", 1)
+        message = width_problem(value)
+        if message is not None:
+            self.add("tensor_parallel_size", message)
+            return 1
+        assert isinstance(value, int)
+        devices = self.settings.devices
+        if not width_fits(value, len(devices)):
+            self.add(
+                "tensor_parallel_size",
+                f"{value} needs {value} GPUs but this worker has {len(devices)} device(s) "
+                f"({','.join(devices)}, from SIE_DEVICES): lower it, or serve the model from a "
+                f"pool with gpu.deviceGroup: true and gpu.count of at least {value}",
+            )
+        return value
+
+    def _engine_checks(
+        self, adapter: type[Adapter]
+    ) -> tuple[Release | None, SGLangChecks | VLLMChecks | None]:
+        """The engine release the load runs and its checks (the default engine: none)."""
+        checks: SGLangChecks | VLLMChecks
+        bundle = self.settings.bundle
+        if adapter.engine == "sglang":
+            release = release_of(bundle, self.env)
+            checks = SGLangChecks(adapter, self.served, self.loadtime, release)
+        elif adapter.engine == "vllm":
+            release = vllm_release_of(bundle, self.env)
+            checks = VLLMChecks(self.served, self.loadtime, release)
+        else:
+            return None, None
+        for where, message in checks.problems():
+            self.add(where, message)
+        return release, checks
+
+    def _seconds(self, key: str) -> float | None:
+        if key not in self.loadtime:
+            return None
+        message = option_problem(key, self.loadtime[key], _NO_RELEASE)
+        if message is not None:
+            self.add(key, message)
+            return None
+        return float(self.loadtime[key])
+
+    def _startup(self, width: int, generation: bool) -> float:
+        settings = self.settings
+        declared = "startup_timeout_s" in self.loadtime
+        value = self._seconds("startup_timeout_s")
+        if generation and width > 1 and not declared:
+            self.add(
+                "startup_timeout_s",
+                f"is required for generation above width 1 (tensor_parallel_size {width}), "
+                "even when SIE_MODEL_READY_TIMEOUT_S is set: declare the measured startup "
+                "time including per-rank graph capture, e.g. 900",
+            )
+        if value is None:
+            if declared:
+                return DEFAULT_STARTUP_TIMEOUT_S  # refused above; any value will do
+            value = settings.model_ready_timeout_s or DEFAULT_STARTUP_TIMEOUT_S
+        budget = settings.liveness_budget_s
+        if budget is not None and value >= budget:
+            limit = (
+                f"the worker's liveness budget of {number_text(budget)} s "
+                "(SIE_WORKER_LIVENESS_BUDGET_S)"
+            )
+            if declared:
+                self.add(
+                    "startup_timeout_s",
+                    f"{number_text(value)} is at or above {limit}: lower it below "
+                    f"{number_text(budget)}, or raise the liveness probe's budget",
+                )
+            else:
+                source = (
+                    f"SIE_MODEL_READY_TIMEOUT_S={number_text(value)}"
+                    if settings.model_ready_timeout_s
+                    else f"the built-in {number_text(value)} s (SIE_MODEL_READY_TIMEOUT_S is unset)"
+                )
+                self.add(
+                    "startup_timeout_s",
+                    f"is not declared and its default, {source}, is at or above {limit}: set "
+                    f"SIE_MODEL_READY_TIMEOUT_S (workers.common.modelReadyTimeoutSec) below "
+                    f"{number_text(budget)}, or declare a lower startup_timeout_s",
+                )
+        return value
+
+    def _bool(self, key: str) -> bool | None:
+        if key not in self.loadtime:
+            return None
+        message = option_problem(key, self.loadtime[key], _NO_RELEASE)
+        if message is not None:
+            self.add(key, message)
+            return None
+        return bool(self.loadtime[key])
+
+    def _nccl_port(self, width: int) -> int | None:
+        if "nccl_port" not in self.loadtime:
+            return None
+        value = self.loadtime["nccl_port"]
+        message = option_problem("nccl_port", value, _NO_RELEASE)
+        if message is not None:
+            self.add("nccl_port", message)
+            return None
+        if width <= 1:
+            self.add(
+                "nccl_port",
+                "is only allowed above width 1 (tensor_parallel_size is 1): remove it, or "
+                "raise tensor_parallel_size",
+            )
+            return None
+        return int(value)
+
+    def _loras(self) -> tuple[LoraAdapter, ...]:
+        fetched = self.settings.weights_download == "worker"
+        loras, problems, unpinned = load_adapters(
+            self.loadtime, self.served.config.base_dir, fetched
+        )
+        for where, message in problems:
+            self.add([*self.base, *where], message)
+        for where, message in unpinned:
+            self.warnings.append(f"{json_path([*self.base, *where])}: {message}")
+        return loras
+
+    def _shape(self, width: int, adapter: type[Adapter]) -> Path | None:
+        """The local model directory (None: hf_id), and the head-count rule above width 1."""
+        config = self.served.config
+        try:
+            local = local_model_dir(config)
+            counts = head_counts(config, self.env) if width > 1 else None
+        except ModelPathError as exc:
+            self.add(list(config.path_of("model_path")), str(exc))
+            return None
+        if counts is not None and adapter.engine != "transformers":
+            for message in width_fit_problems(width, counts):
+                self.add("tensor_parallel_size", message)
+        return local
+
+
+_NO_RELEASE = Release("", "", None)  # value rules that do not depend on the release
