@@ -96,7 +96,7 @@ class Lease:
     # model and ``started`` once the stream is open; None: not measured.
     timer: Callable[[str, float], StreamTimer] | None = field(default=None, repr=False)
     started: float = 0.0  # monotonic: when the request arrived
-    # The engine's kept-alive connections for streams (None: a new one per stream).
+    # The engine's kept-alive connections, for JSON and streams (None: a new one each).
     connections: Connections | None = field(default=None, repr=False)
     _released: bool = field(default=False, repr=False)
 

@@ -49,7 +49,7 @@ class RunningEngine:
     nccl_port: int | None
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
-    # Kept-alive connections to the engine's HTTP port, for its streams.
+    # Kept-alive connections to the engine's HTTP port, for its requests (JSON and streams).
     connections: Connections = field(default_factory=Connections)
 
     def __post_init__(self) -> None:
