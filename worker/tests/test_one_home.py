@@ -91,6 +91,16 @@ def _body_limit_reads(path: Path) -> list[int]:
     ]
 
 
+def test_the_body_limit_check_sees_a_read_and_passes_the_middleware(tmp_path: Path) -> None:
+    module = tmp_path / "app.py"
+    module.write_text(
+        "stack = [Middleware(RequestLimits, max_bytes=settings.max_body_bytes)]\n"
+        "if len(body) > settings.max_body_bytes:\n"
+        "    raise TooLarge\n"
+    )
+    assert _body_limit_reads(module) == [2]
+
+
 @pytest.mark.parametrize("path", FILES, ids=str)
 def test_the_body_limit_is_only_handed_to_the_request_limits_middleware(path: Path) -> None:
     assert _body_limit_reads(path) == [], "sie_worker.http.request_limits checks bodies"

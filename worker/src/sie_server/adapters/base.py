@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-__all__ = ["Adapter", "EngineKind", "Task"]
+__all__ = ["Adapter", "EngineKind", "OneTaskAdapter", "Task"]
 
 EngineKind = Literal["sglang", "vllm", "transformers"]
 Task = Literal["generate", "encode", "score"]
@@ -44,3 +44,14 @@ class Adapter:
     @classmethod
     def adapter_path(cls) -> str:
         return f"{cls.__module__}:{cls.__qualname__}"
+
+
+class OneTaskAdapter(Adapter):
+    """An adapter that serves one task (``served_task``) whatever the model's tasks say:
+    the bases of the SGLang and vLLM adapters."""
+
+    served_task: ClassVar[Task] = "generate"
+
+    @classmethod
+    def task(cls, tasks: Mapping[str, Any]) -> Task | None:
+        return cls.served_task

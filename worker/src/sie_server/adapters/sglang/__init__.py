@@ -6,10 +6,9 @@ Their load-time options, and the SGLang flag each one means, are one table:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from sie_server.adapters.base import Adapter, EngineKind, Task
+from sie_server.adapters.base import EngineKind, OneTaskAdapter
 from sie_worker.config.flags.sglang_flags import Family, options_for
 
 __all__ = ["SEED_OPTIONS", "SGLANG_LOADTIME_OPTIONS", "SGLangAdapter"]
@@ -28,15 +27,10 @@ SGLANG_LOADTIME_OPTIONS: tuple[str, ...] = (
 SEED_OPTIONS = SGLANG_LOADTIME_OPTIONS
 
 
-class SGLangAdapter(Adapter):
+class SGLangAdapter(OneTaskAdapter):
     """Common base of the SGLang adapters (not itself an adapter_path)."""
 
     engine: ClassVar[EngineKind] = "sglang"
     bundle: ClassVar[str] = "sglang"
     family: ClassVar[Family] = "generation"
     loadtime_options = options_for("generation")
-    served_task: ClassVar[Task] = "generate"
-
-    @classmethod
-    def task(cls, tasks: Mapping[str, Any]) -> Task | None:
-        return cls.served_task

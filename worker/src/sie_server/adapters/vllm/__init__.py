@@ -8,24 +8,18 @@ adapter namespace as this project's own (as the SGLang chat adapter does), serve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from sie_server.adapters.base import Adapter, EngineKind, Task
+from sie_server.adapters.base import EngineKind, OneTaskAdapter
 from sie_worker.config.flags.vllm_flags import Family, options_for
 
 __all__ = ["VLLMAdapter"]
 
 
-class VLLMAdapter(Adapter):
+class VLLMAdapter(OneTaskAdapter):
     """Common base of the vLLM adapters (not itself an adapter_path)."""
 
     engine: ClassVar[EngineKind] = "vllm"
     bundle: ClassVar[str] = "vllm"
     family: ClassVar[Family] = "generation"
     loadtime_options = options_for("generation")
-    served_task: ClassVar[Task] = "generate"
-
-    @classmethod
-    def task(cls, tasks: Mapping[str, Any]) -> Task | None:
-        return cls.served_task
