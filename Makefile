@@ -1,7 +1,7 @@
 # The README's two commands (`make run`, `make test`) and the chores around them. Every
 # target is idempotent; setup steps skip what their stamps say is already installed.
 .DEFAULT_GOAL := help
-.PHONY: help run test bench soak setup setup-tools lock version image images clean-tools
+.PHONY: help run test docs bench soak setup setup-tools lock version image images clean-tools
 
 BUNDLES := default sglang sglang-cu130 vllm
 IMAGE ?= ghcr.io/sie-workers/sie-worker
@@ -10,6 +10,7 @@ VERSION := $(shell cat VERSION)
 help:
 	@echo "make run          set up .venv, serve the quickstart model on :8080 (PORT)"
 	@echo "make test         set up .venv, .venv-vllm and .tools, then run every check (scripts/test)"
+	@echo "make docs         serve the docs site on :8000 (DOCS_ADDR), rebuilt as pages change"
 	@echo "make bench        run every benchmark, rewrite docs/benchmarks.md (~11 min, not a test)"
 	@echo "make soak         the 10-minute soak of the worker; its figures go to docs/benchmarks.md"
 	@echo "make setup        Python environment only (.venv, from requirements/*.txt)"
@@ -31,6 +32,12 @@ test: setup
 	scripts/setup-vllm & vllm=$$!; scripts/setup-tools --no-cluster; tools=$$?; \
 	  wait $$vllm && exit $$tools
 	scripts/test --build-cluster
+
+# The docs site (mkdocs.yml, pages in docs/); make test builds it with --strict. The reference
+# pages and pictures are generated: scripts/docs_reference.py, scripts/docs_pictures.py.
+DOCS_ADDR ?= 127.0.0.1:8000
+docs: setup
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve --dev-addr $(DOCS_ADDR)
 
 # Benchmarks and the soak are measurements, not pass/fail tests: neither is part of `make test`.
 bench: setup setup-tools

@@ -15,7 +15,13 @@ worker's own code, never by hand:
 - the device-visibility variables (``sie_worker.config.rules.VISIBILITY_VARIABLES``) and
   the core-binding ones (``sie_worker.config.flags.launch_rules.BINDING_VARIABLES``);
 - the characters Python's ``str.strip()`` removes, so the chart trims variable names as the
-  worker does (Go's TrimSpace knows fewer).
+  worker does (Go's TrimSpace knows fewer);
+- a model's width for every tensor width and pipeline depth
+  (``sie_worker.config.widths.model_width``), so the chart sizes a group of nodes as the
+  worker does;
+- the base of a group model's rendezvous port when its config declares no ``nccl_port``
+  (``sie_worker.worker.launcher.ranks.GROUP_PORT_BASE``), so the chart's NetworkPolicy opens
+  the port every rank uses.
 
 Usage (with the project venv, which imports sie_worker):
     .venv/bin/python scripts/chart_tables.py          # write the file
@@ -38,8 +44,10 @@ from sie_worker.config.flags.reserved_flags import (
     reserved_flag_problem,
 )
 from sie_worker.config.rules import VISIBILITY_VARIABLES
+from sie_worker.config.widths import MAX_WIDTH, model_width
+from sie_worker.worker.launcher.ranks import GROUP_PORT_BASE
 
-__all__ = ["OUTPUT", "PYTHON_WHITESPACE", "main", "refused_spellings", "render"]
+__all__ = ["OUTPUT", "PYTHON_WHITESPACE", "main", "refused_spellings", "render", "width_table"]
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "chart" / "templates" / "_helpers-worker-tables.tpl"
@@ -97,6 +105,15 @@ def refused_spellings(
             assert message.startswith(shown + " "), message
             refused[spelling] = message[len(shown) + 1 :]
     return refused
+
+
+def width_table() -> dict[str, int]:
+    """``{"<tensor>x<stages>": width}`` for every tensor width and pipeline depth 1..8."""
+    return {
+        f"{tensor}x{stages}": model_width(tensor, stages)
+        for tensor in range(1, MAX_WIDTH + 1)
+        for stages in range(1, MAX_WIDTH + 1)
+    }
 
 
 def _define(name: str, doc: str, usage: str, body: str) -> str:
@@ -161,6 +178,22 @@ def render(tables: Sequence[OptionTable] | None = None) -> str:
             "them from extra_env names before comparing.",
             '{{ trimAll (include "sie-workers.pythonWhitespace" .) $name }}',
             "{{- " + json.dumps(PYTHON_WHITESPACE) + " -}}",
+        ),
+        _define(
+            "modelWidthTable",
+            "A model's width (the devices its engine spans in all) by its loadtime\n"
+            'tensor_parallel_size and pipeline_parallel_size, keyed "<tensor>x<stages>" (each\n'
+            f"1..{MAX_WIDTH}). From sie_worker.config.widths.model_width.",
+            '{{ get (include "sie-workers.modelWidthTable" . | fromJson) "8x2" }}',
+            json.dumps(width_table(), separators=(",", ":")),
+        ),
+        _define(
+            "groupPortBase",
+            "A group model's rendezvous port without a declared nccl_port: this + the model's\n"
+            "index in SIE_PINNED_MODELS (the same on every rank). From\n"
+            "sie_worker.worker.launcher.ranks.GROUP_PORT_BASE.",
+            '{{ include "sie-workers.groupPortBase" . | int }}',
+            "{{- " + str(GROUP_PORT_BASE) + " -}}",
         ),
     ]
     return "\n".join(parts)

@@ -25,7 +25,13 @@ def test_a_small_run_writes_one_cell_per_pod_shape(monkeypatch: pytest.MonkeyPat
         bench_slot_decision, "write_result", lambda name, data: written.update({name: data})
     )
     argv = ["--decisions", "5", "--repeats", "1", "--slots", "1", "2", "--models", "1", "3"]
+    argv += ["--prefix-decisions", "20", "--prefix-index-blocks", "300"]
     assert bench_slot_decision.main(argv) == 0
     cells = json.loads(json.dumps(written["slot_decision"]))["cells"]
     assert [(c["slots"], c["models"]) for c in cells] == [(1, 1), (1, 3), (2, 1), (2, 3)]
     assert all(c["now_us"] > 0 and c["before_us"] > 0 for c in cells)
+    prefix = json.loads(json.dumps(written["slot_decision"]))["prefix"]
+    assert prefix["index_blocks"] == 300  # full
+    assert prefix["gateway"]["p99_us"] > 0
+    assert prefix["router"]["p99_us"] > 0
+    assert prefix["index_bytes"] > 0

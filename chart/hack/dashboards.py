@@ -6,7 +6,7 @@ Three dashboards, each a list of panels whose PromQL selects one release's serie
 with the release in the dashboard's uid and title, so two releases' dashboards never mix):
 
 - ``fleet``: pools and replicas, serving slots, held requests and their age, in-flight and
-  queued requests, model states, load time and load outcomes;
+  queued requests, model states, load time and load outcomes, the routers' decisions;
 - ``worker``: per model: request rate, duration, time to first token, inter-token latency,
   in flight, state, the engine's waiting/running requests, KV cache use and throughput
   (SGLang's and vLLM's own series), and device memory;
@@ -170,6 +170,19 @@ FLEET = (
             ),
         ),
     ),
+    Panel(
+        "Slot routing decisions",
+        "Why each pod's router sent a request to its slot: prefix (it holds the longest cached "
+        "prefix of the prompt), model ready, loading, free device, evict_lru, "
+        "least_outstanding, named_slot (per second).",
+        (
+            (
+                f"sum by (pool, reason) (rate(sie_router_decisions_total{{{POOL}}}{RATE}))",
+                "{{pool}} {{reason}}",
+            ),
+        ),
+        unit="reqps",
+    ),
 )
 
 WORKER = (
@@ -277,8 +290,9 @@ WORKER = (
 GATEWAY = (
     Panel(
         "Routing decisions",
-        "Why each request went to its pod: model ready, loading, free slot, least outstanding "
-        "(per second).",
+        "Why each request went to its pod: prefix (it holds the longest cached prefix of the "
+        "prompt), affinity or affinity_spill (session key), model ready, loading, free slot, "
+        "least outstanding (per second).",
         (
             (
                 f"sum by (pool, reason) (rate(sie_gateway_decisions_total{{{POOL}}}{RATE}))",

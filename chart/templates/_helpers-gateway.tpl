@@ -81,6 +81,8 @@ Usage: {{ include "sie-workers.gatewayPools" . }}
 {{- $pool := index $.Values.workers.pools $poolName -}}
 {{- $width := include "sie-workers.slotWidth" $pool | int -}}
 {{- if include "sie-workers.isCpuPool" $pool -}}{{- $width = 1 -}}{{- end -}}
+{{- /* A group's leader serves models as wide as the whole group. */ -}}
+{{- $width = mul $width (include "sie-workers.gpuNodes" (dict "root" $ "pool" $pool) | int) -}}
 {{- range $bundleName := (keys ($pool.bundles | default dict) | sortAlpha) -}}
 {{- $entries = append $entries (dict
     "pool" $poolName

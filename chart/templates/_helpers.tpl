@@ -429,18 +429,37 @@ Usage: {{ include "sie-workers.profileLoadtime" $profile | fromJson }}
 {{- end -}}
 
 {{/*
-Widths declared by the shipped models (JSON list of {model, profile, width}): every
-profile's adapter_options.loadtime.tensor_parallel_size that is a number.
+Widths declared by the shipped models (JSON list of {model, profile, id, width, ncclPort}):
+every profile whose adapter_options.loadtime declares tensor_parallel_size or
+pipeline_parallel_size (numbers 1..8, each 1 when absent), its width from the worker's own
+table (sie-workers.modelWidthTable: tensor x stages); `id` is the served id (sie_id, or
+sie_id:profile), `ncclPort` the declared nccl_port or null.
 Usage: {{ include "sie-workers.modelWidths" . | fromJsonArray }}
 */}}
 {{- define "sie-workers.modelWidths" -}}
 {{- $out := list -}}
+{{- $table := include "sie-workers.modelWidthTable" . | fromJson -}}
 {{- range $file, $model := (.Values.models | default dict) -}}
 {{- if kindIs "map" $model -}}
 {{- range $profileName, $profile := ($model.profiles | default dict) -}}
-{{- $tp := get (include "sie-workers.profileLoadtime" $profile | fromJson) "tensor_parallel_size" -}}
-{{- if or (kindIs "float64" $tp) (kindIs "int" $tp) (kindIs "int64" $tp) -}}
-{{- $out = append $out (dict "model" $file "profile" $profileName "width" (int $tp)) -}}
+{{- $loadtime := include "sie-workers.profileLoadtime" $profile | fromJson -}}
+{{- $factors := list -}}
+{{- $declared := false -}}
+{{- range $option := list "tensor_parallel_size" "pipeline_parallel_size" -}}
+{{- $v := get $loadtime $option -}}
+{{- if or (kindIs "float64" $v) (kindIs "int" $v) (kindIs "int64" $v) -}}
+{{- $declared = true -}}
+{{- $factors = append $factors (printf "%v" $v) -}}
+{{- else -}}
+{{- $factors = append $factors "1" -}}
+{{- end -}}
+{{- end -}}
+{{- $width := get $table (join "x" $factors) -}}
+{{- if and $declared (not (kindIs "invalid" $width)) (ne (toString $width) "") -}}
+{{- $id := ternary (toString $model.sie_id) (printf "%s:%s" (toString $model.sie_id) $profileName) (eq $profileName "default") -}}
+{{- $port := get $loadtime "nccl_port" -}}
+{{- $nccl := ternary (int $port) nil (or (kindIs "float64" $port) (kindIs "int" $port) (kindIs "int64" $port)) -}}
+{{- $out = append $out (dict "model" $file "profile" $profileName "id" $id "width" (int $width) "ncclPort" $nccl) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -608,7 +627,7 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- end -}}
 
 {{- /* Extra environment: no device masks, no variables the chart sets. */ -}}
-{{- $owned := list "SIE_DEVICES" "SIE_BUNDLE" "SIE_GPU_TYPE" "SIE_MACHINE_PROFILE" "SIE_MODEL_READY_TIMEOUT_S" "SIE_WORKER_LIVENESS_BUDGET_S" "SIE_API_KEY" "SIE_CONFIG_API" "SIE_PINNED_MODELS" "SIE_DRAIN_TIMEOUT_S" "SIE_ENGINE_STOP_GRACE_S" "HF_HOME" "TMPDIR" -}}
+{{- $owned := list "SIE_DEVICES" "SIE_BUNDLE" "SIE_GPU_TYPE" "SIE_MACHINE_PROFILE" "SIE_MODEL_READY_TIMEOUT_S" "SIE_WORKER_LIVENESS_BUDGET_S" "SIE_API_KEY" "SIE_CONFIG_API" "SIE_PINNED_MODELS" "SIE_DRAIN_TIMEOUT_S" "SIE_ENGINE_STOP_GRACE_S" "HF_HOME" "TMPDIR" "SIE_NODES" "SIE_NODE_RANK" "SIE_LEADER_ADDRESS" -}}
 {{- range $i, $env := ($common.extraEnv | default list) -}}
 {{- if include "sie-workers.visibilityVariable" (dict "name" $env.name "visibility" $visibility "space" $space) -}}
 {{- $errors = append $errors (printf "workers.common.extraEnv[%d].name: %s is a device-visibility variable; remove it, the worker writes the device mask itself" $i $env.name) -}}
@@ -688,10 +707,20 @@ Usage: {{ include "sie-workers.validateValues" . }}
 
 {{- /* Shipped models: width fits a pool, reserved flags, device masks, startup budget. */ -}}
 {{- $widest := include "sie-workers.widestTensorParallelSlot" . | fromJson -}}
+{{- /* A model wider than every pod is a group's (sie-workers.groupProblems checks its width). */ -}}
+{{- $grouped := list -}}
+{{- range $poolName := (include "sie-workers.enabledPools" . | fromJsonArray) -}}
+{{- $pool := index $.Values.workers.pools $poolName -}}
+{{- if include "sie-workers.isGroup" (dict "root" $ "pool" $pool) -}}
+{{- range $m := (include "sie-workers.groupModels" (dict "root" $ "pool" $pool) | fromJsonArray) -}}
+{{- $grouped = append $grouped $m.id -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- range $w := (include "sie-workers.modelWidths" . | fromJsonArray) -}}
-{{- if and (eq $w.profile "default") (gt (int $w.width) (int $widest.width)) -}}
+{{- if and (eq $w.profile "default") (gt (int $w.width) (int $widest.width)) (not (has $w.id $grouped)) -}}
 {{- if $widest.pools -}}
-{{- $errors = append $errors (printf "models.%s.profiles.default.adapter_options.loadtime.tensor_parallel_size: width %d is larger than the widest slot (%d GPUs) of every enabled pool running an SGLang or vLLM bundle (%s); add a pool with gpu.count >= %d and gpu.deviceGroup: true, or lower the width" $w.model (int $w.width) (int $widest.width) (join ", " $widest.pools) (int $w.width)) -}}
+{{- $errors = append $errors (printf "models.%s.profiles.default.adapter_options.loadtime.tensor_parallel_size: width %d is larger than the widest slot (%d GPUs) of every enabled pool running an SGLang or vLLM bundle (%s); add a pool with gpu.count >= %d and gpu.deviceGroup: true, or pin it on a group of nodes (gpu.nodes x gpu.count = %d, pinnedModels), or lower the width" $w.model (int $w.width) (int $widest.width) (join ", " $widest.pools) (int $w.width) (int $w.width)) -}}
 {{- else if gt (int $w.width) 1 -}}
 {{- $errors = append $errors (printf "models.%s.profiles.default.adapter_options.loadtime.tensor_parallel_size: width %d needs an SGLang or vLLM bundle, but no enabled pool runs one; add a pool with gpu.count >= %d, gpu.deviceGroup: true and an SGLang or vLLM bundle" $w.model (int $w.width) (int $w.width)) -}}
 {{- end -}}
@@ -728,6 +757,8 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- $errors = concat $errors (include "sie-workers.weightsProblems" . | fromJsonArray) -}}
 {{- /* Scheduler, node GPU counts and DRA claims (_helpers-scheduling.tpl). */ -}}
 {{- $errors = concat $errors (include "sie-workers.schedulingProblems" . | fromJsonArray) -}}
+{{- /* Groups of nodes and InferencePools (_helpers-groups.tpl). */ -}}
+{{- $errors = concat $errors (include "sie-workers.groupProblems" . | fromJsonArray) -}}
 
 {{- if $errors -}}
 {{- fail (printf "\n\nsie-workers: invalid values (%d problem%s):\n- %s\n" (len $errors) (ternary "" "s" (eq (len $errors) 1)) (join "\n- " $errors)) -}}

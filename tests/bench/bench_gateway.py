@@ -18,7 +18,8 @@
 2. **Decision time**: ``choose()`` over the fleet's live view (what every request runs), 50
    pods x 200 models each in mixed states, with and without a session key.
 3. **Simulated fleet** (``tests/bench/fleet_sim.py``, seed 004's workloads): gateway policy
-   vs round robin vs model-blind least outstanding.
+   vs round robin vs model-blind least outstanding, and for clients that send no session
+   key, the gateway without and with its prefix index (``keyless``, ``prefix_aware``).
 
 The results go to ``tests/bench/out/gateway.json`` and the ``## Gateway`` section of
 ``docs/benchmarks.md`` (the rest of the document is left as it is).
@@ -284,7 +285,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 def bench_fleet(workload: Workload) -> list[dict[str, Any]]:
     results = []
-    for policy in ("gateway", "round_robin", "least_outstanding"):
+    for policy in ("gateway", "round_robin", "least_outstanding", "keyless", "prefix_aware"):
         result = asdict(simulate(policy, workload))
         results.append(result)
         print(f"fleet {policy}: {result}", flush=True)

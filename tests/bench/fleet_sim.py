@@ -17,8 +17,16 @@ the pods are simulated, in 10 ms ticks:
   turn comes an exponential 2 s after the answer. Sessions start at random in the first
   minute; models have skewed popularity.
 
-Policies: ``gateway`` (session key = the session), ``round_robin``, and model-blind
-``least_outstanding`` for reference.
+Policies: ``gateway`` (bounded affinity: the gateway's policy with the session as its key),
+``round_robin``, model-blind ``least_outstanding``, ``session_affinity`` (the session's
+rendezvous-hash pod, whatever its load), and for a chat client that sends no session key:
+``keyless`` (the gateway's policy, no key, no prefix index) and ``prefix_aware`` (the same
+with the gateway's prefix index, real: ``sie_worker.backends.prefix``). A prompt's text is
+the model's system prompt then the session's own history, one character per token.
+
+``python -m tests.bench.fleet_sim`` prints docs/benchmarks.md's "Prefix-aware routing" tables
+(:func:`prefix_tables`): seed 004 Example 16 turn by turn (:mod:`tests.bench.fleet_sim_turns`),
+then this fleet's.
 """
 
 from __future__ import annotations
@@ -28,10 +36,14 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from sie_worker.gateway.policy import GroupView, PodView, choose
+from sie_worker.backends.prefix import DEFAULT_INDEX_BLOCKS, PrefixIndex, block_hashes
+from sie_worker.gateway.policy import GroupView, PodView, choose, rendezvous_order
 
-__all__ = ["POLICIES", "SimResult", "Workload", "simulate"]
+from tests.bench.fleet_sim_turns import EX16_POLICIES, simulate_turns
+
+__all__ = ["POLICIES", "SimResult", "Workload", "prefix_tables", "simulate"]
 
 STEP_S = 0.030
 TICK_S = 0.01  # the simulation's clock step
@@ -83,6 +95,7 @@ class _Pod:
     warm: bool = False  # the system prompt is cached
     prefill_until: float = 0.0
     loads: int = 0
+    computed: int = 0  # prefill tokens it computed: its load, as seed 004 Example 16 counts
 
     @property
     def outstanding(self) -> int:
@@ -106,16 +119,26 @@ class SimResult:
     loads: int
     hit_rate: float
     prefill_tokens: int
+    max_load: int = 0  # the most prefill tokens one pod computed
 
 
 Policy = Callable[[_Request, Sequence[_Pod], int], int]
+_BLOCK_CHARS = 64
+
+
+def _decide(request: _Request, pods: Sequence[_Pod], **kw: Any) -> int:
+    group = GroupView("pool", 0, [p.view() for p in pods])
+    decision = choose(request.model, 1, [group], **kw)
+    assert decision is not None
+    return next(i for i, p in enumerate(pods) if p.name == decision.pod)
 
 
 def _gateway(request: _Request, pods: Sequence[_Pod], _: int) -> int:
-    group = GroupView("pool", 0, [p.view() for p in pods])
-    decision = choose(request.model, 1, [group], session=f"s{request.session}")
-    assert decision is not None
-    return next(i for i, p in enumerate(pods) if p.name == decision.pod)
+    return _decide(request, pods, session=f"s{request.session}")
+
+
+def _keyless(request: _Request, pods: Sequence[_Pod], _: int) -> int:
+    return _decide(request, pods)
 
 
 def _round_robin(request: _Request, pods: Sequence[_Pod], counter: int) -> int:
@@ -126,10 +149,38 @@ def _least_outstanding(request: _Request, pods: Sequence[_Pod], _: int) -> int:
     return min(range(len(pods)), key=lambda i: (pods[i].outstanding, i))
 
 
-POLICIES: dict[str, Policy] = {
-    "gateway": _gateway,
-    "round_robin": _round_robin,
-    "least_outstanding": _least_outstanding,
+def _session_affinity(request: _Request, pods: Sequence[_Pod], _: int) -> int:
+    home = rendezvous_order(f"s{request.session}", [p.name for p in pods])[0]
+    return next(i for i, p in enumerate(pods) if p.name == home)
+
+
+def _prefix_aware() -> Policy:
+    index = PrefixIndex(DEFAULT_INDEX_BLOCKS)
+
+    def pick(request: _Request, pods: Sequence[_Pod], _: int) -> int:
+        blocks = block_hashes(request.model, prompt_of(request), _BLOCK_CHARS)
+        chosen = _decide(request, pods, prefix=index.hits(blocks).best)
+        index.record(blocks, ("pool", pods[chosen].name))
+        return chosen
+
+    return pick
+
+
+def prompt_of(request: _Request) -> str:
+    """The request's prompt text: its model's system prompt, then its session's history."""
+    mark = chr(0x100 + request.session)
+    history = request.prompt - SYSTEM_TOKENS
+    return f"{request.model}:".ljust(SYSTEM_TOKENS, "S") + mark * history
+
+
+# Each run gets its own policy (prefix_aware keeps an index).
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "gateway": lambda: _gateway,
+    "round_robin": lambda: _round_robin,
+    "least_outstanding": lambda: _least_outstanding,
+    "session_affinity": lambda: _session_affinity,
+    "keyless": lambda: _keyless,
+    "prefix_aware": _prefix_aware,
 }
 
 
@@ -148,7 +199,7 @@ def simulate(policy: str, workload: Workload) -> SimResult:
     heapq.heapify(arrivals)
     turn = [0] * workload.sessions
     pods = [_Pod(f"pod-{i}") for i in range(workload.pods)]
-    pick = POLICIES[policy]
+    pick = POLICIES[policy]()
     done: list[_Request] = []
     counter = reused = computed = 0
     now = 0.0
@@ -182,6 +233,7 @@ def simulate(policy: str, workload: Workload) -> SimResult:
                 hit = min(pod.cache.get(req.session, SYSTEM_TOKENS if pod.warm else 0), req.prompt)
                 reused += hit
                 computed += req.prompt - hit
+                pod.computed += req.prompt - hit
                 start = max(pod.prefill_until, now)
                 pod.prefill_until = start + (req.prompt - hit) * PREFILL_S_PER_TOKEN
                 req.started = pod.prefill_until
@@ -213,4 +265,43 @@ def simulate(policy: str, workload: Workload) -> SimResult:
         loads=sum(p.loads for p in pods),
         hit_rate=reused / max(1, reused + computed),
         prefill_tokens=computed,
+        max_load=max(p.computed for p in pods),
     )
+
+
+# -- the tables of docs/benchmarks.md ("Prefix-aware routing") ----------------------------
+
+
+def prefix_tables(workload: Workload | None = None) -> str:
+    """Markdown: Example 16's five policies, then the timed fleet's, side by side."""
+    lines = [
+        "| policy | hit rate | computed tokens | max replica load | work per replica |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for policy in EX16_POLICIES:
+        t = simulate_turns(policy)
+        work = ", ".join(f"{w:,}" for w in t.work)
+        lines.append(f"| {policy} | {t.hit_rate:.1%} | {t.computed:,} | {t.max_load:,} | {work} |")
+    w = workload or Workload()
+    lines += [
+        "",
+        f"{w.pods} one-slot pods, {w.sessions} chat sessions x {w.turns} turns over "
+        f"{len(w.models)} models (seed {w.seed}); `keyless` and `prefix_aware` get no session key.",
+        "",
+        "| policy | session key | hit rate | computed tokens | max replica load "
+        "| model loads | mean (s) | p99 (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = {"gateway": "bounded_affinity (gateway)", "least_outstanding": "least_load"}
+    for policy in POLICIES:
+        r = simulate(policy, w)
+        keyed = "yes" if policy in ("gateway", "session_affinity") else "no"
+        lines.append(
+            f"| {names.get(policy, policy)} | {keyed} | {r.hit_rate:.1%} | "
+            f"{r.prefill_tokens:,} | {r.max_load:,} | {r.loads} | {r.mean_s:.1f} | {r.p99_s:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(prefix_tables())

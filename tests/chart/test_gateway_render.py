@@ -30,23 +30,36 @@ def test_the_rendered_pools_file_is_read_by_the_gateway_and_names_every_pool_ser
         and "sie-workers/metrics" not in s["metadata"]["labels"]
     }
     assert {s.service for s in specs} == set(services)
-    deployments = {d["metadata"]["name"]: d for d in of_kind(docs, "Deployment")}
+    workloads = {
+        _key(w): w for w in [*of_kind(docs, "Deployment"), *of_kind(docs, "LeaderWorkerSet")]
+    }
     for spec in specs:
         service = services[spec.service]
         assert service["spec"]["ports"][0]["port"] == spec.port
-        labels = deployments[spec.service]["metadata"]["labels"]
-        assert (labels["sie-workers/pool"], labels["sie-workers/bundle"]) == (
-            spec.pool,
-            spec.bundle,
-        )
+        workload = workloads[(spec.pool, spec.bundle)]
+        labels = workload["metadata"]["labels"]
         assert labels["sie-workers/machine-profile"] == spec.machine_profile
-        router = next(
-            c
-            for c in deployments[spec.service]["spec"]["template"]["spec"]["containers"]
-            if c["name"] == "router"
-        )
+        pod = _pod_spec(workload)
+        router = next(c for c in pod["containers"] if c["name"] == "router")
         env = {e["name"]: e.get("value") for e in router["env"]}
         assert int(env["SIE_GPU_COUNT"]) == spec.slots
+        # A slot's width is its worker's devices, times the nodes of a group (whose leader
+        # serves models as wide as the whole group).
+        worker = next(c for c in pod["containers"] if c["name"] == "worker-0")
+        devices = {e["name"]: e.get("value") for e in worker["env"]}["SIE_DEVICES"]
+        nodes = workload["spec"].get("leaderWorkerTemplate", {}).get("size", 1)
+        assert spec.slot_width == (1 if devices == "cpu" else len(devices.split(","))) * nodes
+
+
+def _key(workload: dict) -> tuple[str, str]:  # type: ignore[type-arg]
+    labels = workload["metadata"]["labels"]
+    return (labels.get("sie-workers/pool", ""), labels.get("sie-workers/bundle", ""))
+
+
+def _pod_spec(workload: dict) -> dict:  # type: ignore[type-arg]
+    if workload["kind"] == "LeaderWorkerSet":
+        return workload["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]  # type: ignore[no-any-return]
+    return workload["spec"]["template"]["spec"]  # type: ignore[no-any-return]
 
 
 def test_the_gateway_pods_roll_when_the_pools_change() -> None:

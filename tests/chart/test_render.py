@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sie_worker.config.widths import model_width
 
 from tests.chart._render import CHART, EXAMPLE_FILES, EXAMPLES, helm, of_kind, render
 
@@ -24,8 +25,15 @@ def _deployment(docs: list[dict[str, Any]], pool: str) -> dict[str, Any]:
     return dep
 
 
+def _pod_template(workload: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment's pod template, or a LeaderWorkerSet's (every rank's) one."""
+    if workload["kind"] == "LeaderWorkerSet":
+        return workload["spec"]["leaderWorkerTemplate"]["workerTemplate"]  # type: ignore[no-any-return]
+    return workload["spec"]["template"]  # type: ignore[no-any-return]
+
+
 def _containers(dep: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["name"]: c for c in dep["spec"]["template"]["spec"]["containers"]}
+    return {c["name"]: c for c in _pod_template(dep)["spec"]["containers"]}
 
 
 def _env(container: dict[str, Any]) -> dict[str, str | None]:
@@ -113,12 +121,13 @@ def test_refusals_name_every_problem_at_once() -> None:
 def test_every_example_pod_is_hardened_and_isolated(example: Path) -> None:
     docs = render(example)
     policies = [p["spec"]["podSelector"]["matchLabels"] for p in of_kind(docs, "NetworkPolicy")]
-    deployments = of_kind(docs, "Deployment")
-    assert deployments
-    for dep in deployments:
+    workloads = of_kind(docs, "Deployment") + of_kind(docs, "LeaderWorkerSet")
+    assert workloads
+    for dep in workloads:
         name = dep["metadata"]["name"]
-        pod = dep["spec"]["template"]["spec"]
-        labels = dep["spec"]["template"]["metadata"]["labels"]
+        template = _pod_template(dep)
+        pod = template["spec"]
+        labels = template["metadata"]["labels"]
         # Only the gateway holds a token: it watches EndpointSlices (its Role allows no more).
         gateway = labels["app.kubernetes.io/component"] == "gateway"
         assert pod["automountServiceAccountToken"] is gateway, name
@@ -142,12 +151,14 @@ def test_every_example_model_width_fits_a_pool_that_runs_sglang(example: Path) -
     # The render-time rule, checked from the outside: a shipped width has a slot to go to.
     docs = render(example)
     widest = 0
-    for dep in of_kind(docs, "Deployment"):
+    for dep in of_kind(docs, "Deployment") + of_kind(docs, "LeaderWorkerSet"):
         if dep["metadata"]["labels"].get("sie-workers/bundle", "default") == "default":
             continue
-        # The slot's width from SIE_DEVICES: the same whether GPUs come from limits or claims.
+        # The slot's width from SIE_DEVICES: the same whether GPUs come from limits or claims;
+        # a group's leader spans the devices of all its nodes.
         devices = _env(_containers(dep)["worker-0"])["SIE_DEVICES"] or ""
-        widest = max(widest, len(devices.split(",")))
+        nodes = int(dep["spec"].get("leaderWorkerTemplate", {}).get("size", 1))
+        widest = max(widest, len(devices.split(",")) * nodes)
     [configmap] = [
         c for c in of_kind(docs, "ConfigMap") if c["metadata"]["name"].endswith("-models")
     ]
@@ -157,5 +168,8 @@ def test_every_example_model_width_fits_a_pool_that_runs_sglang(example: Path) -
             .get("adapter_options", {})
             .get("loadtime", {})
         )
-        width = int(loadtime.get("tensor_parallel_size", 1))
+        width = model_width(
+            int(loadtime.get("tensor_parallel_size", 1)),
+            int(loadtime.get("pipeline_parallel_size", 1)),
+        )
         assert width == 1 or width <= widest, f"{key}: width {width} > {widest}"

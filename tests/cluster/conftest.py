@@ -10,6 +10,7 @@ import pytest
 
 from tests.cluster.controlplane import REPO, ControlPlane, ControlPlaneError
 from tests.cluster.kube import Kube, Nodes, device_class_manifest
+from tests.cluster.lws import LwsController
 
 _TOOLS_BIN = REPO / ".tools" / "bin"
 
@@ -40,12 +41,30 @@ def kube(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) 
     )
 
 
+@pytest.fixture(scope="session")
+def lws(
+    control_plane: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LwsController]:
+    """The LeaderWorkerSet controller and its webhooks, from the first test that asks for
+    them to the end of the session (its pod webhooks see only pods of a LeaderWorkerSet)."""
+    controller = LwsController(kube, tmp_path_factory.mktemp("lws"), control_plane.tools)
+    try:
+        controller.start()
+    except ControlPlaneError as exc:
+        pytest.fail(f"LeaderWorkerSet controller did not start: {exc}", pytrace=False)
+    try:
+        yield controller
+    finally:
+        controller.stop()
+
+
 @pytest.fixture(autouse=True)
 def _components_stay_up(request: pytest.FixtureRequest) -> Iterator[None]:
     # A component that died mid-test explains every later failure; name it at once.
     yield
-    if "control_plane" in request.fixturenames:
-        request.getfixturevalue("control_plane").check_alive()
+    for name in ("control_plane", "lws"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name).check_alive()
 
 
 def _slug(text: str, size: int) -> str:
@@ -75,3 +94,17 @@ def gpu_device_class(kube: Kube) -> Iterator[str]:
     kube.create(manifest)
     yield str(manifest["metadata"]["name"])
     kube.kubectl("delete", "deviceclass", manifest["metadata"]["name"], "--ignore-not-found")
+
+
+@pytest.fixture(scope="session")
+def monitoring_crds(control_plane: ControlPlane, kube: Kube) -> None:
+    """The CRDs of the chart's optional objects (KEDA, Prometheus Operator, LeaderWorkerSet,
+    InferencePool), from the Go modules cluster-setup unpacked."""
+    crd_dir = control_plane.tools / "crds"
+    files = sorted(crd_dir.glob("*/*.yaml"))
+    if not files:
+        pytest.fail(f"no CRDs under {crd_dir}; run scripts/cluster-setup", pytrace=False)
+    # Server-side apply: KEDA's CRDs are larger than the client-side apply annotation allows.
+    args = [a for f in files for a in ("-f", str(f))]
+    kube.kubectl("apply", "--server-side", *args)
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", *args)

@@ -510,7 +510,9 @@ def _reap(proc: _Process, deadline: float) -> None:
 
 def _stop_all(procs: Mapping[str, _Process], timeout: float) -> None:
     """SIGTERM every component (newest first), SIGKILL what is left after ``timeout``."""
-    for name in reversed(COMPONENTS):
+    # Controllers started beside the control plane (the LWS controller of `up --lws`) first.
+    extras = [name for name in procs if name not in COMPONENTS]
+    for name in [*extras, *reversed(COMPONENTS)]:
         proc = procs.get(name)
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -538,11 +540,31 @@ def stop_detached(workdir: Path, timeout: float = 15.0) -> list[str]:
     return sorted(procs)
 
 
+def _start_lws(plane: ControlPlane) -> None:
+    """The LeaderWorkerSet controller beside a detached control plane, stopped with it."""
+    # Imported here: both modules import this one.
+    from tests.cluster.kube import Kube
+    from tests.cluster.lws import LwsController
+
+    tools = REPO / ".tools" / "bin"
+    kube = Kube(plane.kubeconfig, tools / "kubectl", tools / "helm", plane.workdir / "helm")
+    controller = LwsController(kube, plane.workdir / "lws", plane.tools, detach=True)
+    controller.start()
+    assert controller.process is not None
+    plane._procs["lws"] = controller.process
+    plane._save_state()
+
+
 def main(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
     parser = argparse.ArgumentParser(prog="cluster", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start the control plane and leave it running")
     up.add_argument("--dir", type=Path, help="work directory (default: a new temp dir)")
+    up.add_argument(
+        "--lws",
+        action="store_true",
+        help="also run the LeaderWorkerSet controller and its webhooks (groups of nodes)",
+    )
     down = sub.add_parser("down", help="stop the control plane started in --dir")
     down.add_argument("--dir", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -552,7 +574,10 @@ def main(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
         start = time.monotonic()
         try:
             plane.start()
+            if args.lws:
+                _start_lws(plane)
         except ControlPlaneError as exc:
+            plane.stop()
             print(f"cluster up: {exc}", file=sys.stderr)
             return 1
         print(

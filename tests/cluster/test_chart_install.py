@@ -152,6 +152,48 @@ def nodes_for(
     return [spec for spec, count in classes.values() for _ in range(count)]
 
 
+#: The annotation of a LeaderWorkerSet that keeps each group in a topology domain of its own.
+EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+
+
+def group_size(lws: dict[str, Any]) -> int:
+    return int(lws["spec"]["leaderWorkerTemplate"]["size"])
+
+
+def group_pods(lws: dict[str, Any]) -> dict[str, Any]:
+    """A LeaderWorkerSet as the Deployment of its pods that nodes_for reads: one pod per
+    rank of every group (an unset `replicas`, autoscaled, is defaulted to one group)."""
+    return {
+        "metadata": lws["metadata"],
+        "spec": {
+            "replicas": replicas(lws) * group_size(lws),
+            "template": lws["spec"]["leaderWorkerTemplate"]["workerTemplate"],
+        },
+    }
+
+
+def group_nodes(lws: dict[str, Any]) -> list[NodeSpec]:
+    """Nodes for every pod of a LeaderWorkerSet: one per rank, each group's in a topology
+    domain of its own when the LeaderWorkerSet asks for exclusive topology."""
+    specs = nodes_for([group_pods(lws)])
+    key = (lws["metadata"].get("annotations") or {}).get(EXCLUSIVE_TOPOLOGY)
+    if not key:
+        return specs
+    size = group_size(lws)
+    return [
+        replace(spec, labels={**spec.labels, key: f"domain-{i // size}"})
+        for i, spec in enumerate(specs)
+    ]
+
+
+def pods_expected(docs: Sequence[dict[str, Any]]) -> int:
+    """Pods of a rendered release: every Deployment's replicas, every group's ranks."""
+    groups = of_kind(docs, "LeaderWorkerSet")
+    return sum(replicas(d) for d in of_kind(docs, "Deployment")) + sum(
+        replicas(g) * group_size(g) for g in groups
+    )
+
+
 def workers(docs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pool x bundle Deployments (not the gateway's)."""
     return [d for d in of_kind(docs, "Deployment") if POOL in d["metadata"]["labels"]]
@@ -166,23 +208,10 @@ def release_name(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(2)}"
 
 
-@pytest.fixture(scope="session")
-def monitoring_crds(kube: Kube) -> None:
-    """KEDA's and Prometheus Operator's CRDs, from the Go modules cluster-setup unpacked."""
-    crd_dir = REPO / ".tools" / "cluster" / "crds"
-    files = sorted(crd_dir.glob("*/*.yaml"))
-    if not files:
-        pytest.fail(f"no CRDs under {crd_dir}; run scripts/cluster-setup", pytrace=False)
-    # Server-side apply: KEDA's CRDs are larger than the client-side apply annotation allows.
-    args = [a for f in files for a in ("-f", str(f))]
-    kube.kubectl("apply", "--server-side", *args)
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", *args)
-
-
 # -- tests --------------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("monitoring_crds", "gpu_device_class")
+@pytest.mark.usefixtures("monitoring_crds", "gpu_device_class", "lws")
 @pytest.mark.parametrize("example", _EXAMPLE_FILES, ids=[f.stem for f in _EXAMPLE_FILES])
 def test_values_example_installs_and_every_pool_runs_on_its_gpu_nodes(
     kube: Kube, namespace: str, nodes: Nodes, example: Path
@@ -190,11 +219,12 @@ def test_values_example_installs_and_every_pool_runs_on_its_gpu_nodes(
     release = release_name("ex")
     docs = render(kube, release, namespace, example)
     deployments = of_kind(docs, "Deployment")
-    nodes.add(*nodes_for(deployments, docs))
+    groups = of_kind(docs, "LeaderWorkerSet")
+    nodes.add(*nodes_for(deployments, docs), *(n for g in groups for n in group_nodes(g)))
 
     install(kube, release, namespace, example)
 
-    pods = kube.wait_running(namespace, sum(replicas(d) for d in deployments))
+    pods = kube.wait_running(namespace, pods_expected(docs))
     by_node = {n["metadata"]["name"]: n for n in kube.items("nodes")}
     gpus_used: dict[str, int] = {}
     for pod in pods:

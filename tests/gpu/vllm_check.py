@@ -10,7 +10,9 @@ there are, else one) and, through its HTTP API, checks that:
 - it answers ``/v1/completions`` and a streamed ``/v1/chat/completions`` (shape only: bf16
   random weights);
 - ``vllm:*`` series pass through the worker's ``/metrics``;
-- unloading it leaves no process of its group and none of its ``/dev/shm`` files.
+- unloading it leaves no process of its group and none of its ``/dev/shm`` files;
+- with ``--pp`` (two GPUs): PP=2 on one worker, and PP=2 across two workers as a group of
+  nodes on loopback (:mod:`tests.gpu.vllm_pp_check`).
 
 The vLLM is the machine's Python's (``python -m vllm.entrypoints.openai.api_server``), or the
 ``SIE_VLLM_COMMAND`` given. Without vLLM it reports one FAIL saying so. ``--allow-cpu`` runs
@@ -82,7 +84,9 @@ def _shm_of(pids: list[int]) -> set[Path]:
     return found
 
 
-def _write_config(directory: Path, llama: Path, width: int) -> None:
+def _write_config(
+    directory: Path, llama: Path, width: int, stages: int = 1, **loadtime: Any
+) -> None:
     config = {
         "sie_id": MODEL,
         "model_path": str(llama),
@@ -96,10 +100,12 @@ def _write_config(directory: Path, llama: Path, width: int) -> None:
                 "adapter_options": {
                     "loadtime": {
                         "tensor_parallel_size": width,
+                        "pipeline_parallel_size": stages,
                         "gpu_memory_utilization": 0.2,
                         "enforce_eager": True,
                         "startup_timeout_s": 600,
                         "request_read_timeout_s": 300,
+                        **loadtime,
                     }
                 },
             }
@@ -109,7 +115,9 @@ def _write_config(directory: Path, llama: Path, width: int) -> None:
     (directory / "tiny-llama-vllm.yaml").write_text(json.dumps(config, indent=2))
 
 
-def _start_worker(configs: Path, devices: str, command: str, log: Path) -> tuple[Any, str]:
+def _start_worker(
+    configs: Path, devices: str, command: str, log: Path, extra: dict[str, str] | None = None
+) -> tuple[Any, str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SIE_", "CUDA_VISIBLE"))}
     path = os.pathsep.join([str(ROOT / "worker" / "src"), str(ROOT), env.get("PYTHONPATH", "")])
@@ -122,6 +130,7 @@ def _start_worker(configs: Path, devices: str, command: str, log: Path) -> tuple
         PYTHONUNBUFFERED="1",
         PYTHONPATH=path.rstrip(os.pathsep),
     )
+    env.update(extra or {})
     argv = [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(configs)]
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -210,6 +219,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--allow-cpu", action="store_true", help="run on cpu:0,cpu:1")
     parser.add_argument("--keep", action="store_true", help="keep the work folder and logs")
+    parser.add_argument(
+        "--pp", action="store_true", help="also pipeline parallelism (needs two GPUs)"
+    )
     args = parser.parse_args()
     command = os.environ.get("SIE_VLLM_COMMAND") or shlex.join(
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
@@ -242,6 +254,10 @@ def main() -> int:
         worker.send_signal(signal.SIGTERM)
         code = worker.wait(timeout=120)
         check("worker exits 0 on SIGTERM", lambda: _expect(code == 0, f"exit {code}"))
+        if args.pp:
+            from tests.gpu.vllm_pp_check import pipeline_checks
+
+            pipeline_checks(llama, devices, command, work)
     except Exception:
         traceback.print_exc()
         check("setup", lambda: _raise("see the traceback above"))

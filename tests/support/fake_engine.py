@@ -86,12 +86,24 @@ Startup behaviour, from the environment (tests put these in a profile's ``extra_
                                      ``--mem-fraction-static`` is above this share
 ``FAKE_ENGINE_MAX_RUNNING``          /metrics: requests above this count as waiting (queue)
 ``FAKE_ENGINE_KV_TOKENS``            /metrics: the KV cache size in tokens (default 65536)
-``FAKE_ENGINE_METRICS``              /metrics in ``sglang``'s names (default) or ``vllm``'s
+``FAKE_ENGINE_METRICS``              /metrics in ``sglang``'s names (default) or ``vllm``'s;
+                                     ``none``: 404, as an engine that exports none
+``FAKE_ENGINE_JOIN_TIMEOUT_S``       a group of nodes: how long ranks wait for each other (60)
 ===================================  ==========================================================
 
 ``--nccl-port`` is bound (as the real rank 0 binds its rendezvous store), so two engines
-given the same one collide. A taken ``--port`` or ``--nccl-port`` exits 1 with
-"Address already in use" on stderr. SIGTERM (and SIGINT) close the listener and exit 0.
+given the same one collide.
+
+A group of nodes (SGLang's ``--nnodes N --node-rank K --dist-init-addr HOST:PORT``, with
+``--tp-size``/``--pp-size`` counting the whole group): rank 0 listens on PORT and becomes
+ready only when ranks 1..N-1 have all joined (each connects and sends ``rank K``); a rank
+>= 1 connects to HOST:PORT (retrying for ``FAKE_ENGINE_JOIN_TIMEOUT_S``, default 60) and is
+ready once joined. A rank that loses its link to the group (a peer's process ended) logs it
+and exits 1, as a real rank's NCCL/Gloo collective fails: one rank dying fails the group.
+The device mask must show (tp x pp) / N devices on each rank.
+
+A taken ``--port`` or ``--nccl-port`` exits 1 with "Address already in use" on stderr.
+SIGTERM (and SIGINT) close the listener and exit 0.
 
 Per request, a ``fake`` object in the JSON body (SGLang ignores unknown fields, so the worker
 passes it through); unknown keys get a 400 naming them:
@@ -238,6 +250,7 @@ class Knobs:
     kv_tokens: int = 65536
     ready_file: str | None = None
     metrics: str = "sglang"
+    join_timeout_s: float = 60.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Knobs:
@@ -273,13 +286,14 @@ class Knobs:
             kv_tokens=_env_int(env, "FAKE_ENGINE_KV_TOKENS") or 65536,
             ready_file=env.get("FAKE_ENGINE_READY_FILE") or None,
             metrics=_metrics_dialect(env),
+            join_timeout_s=_env_float(env, "FAKE_ENGINE_JOIN_TIMEOUT_S") or 60.0,
         )
 
 
 def _metrics_dialect(env: Mapping[str, str]) -> str:
     dialect = env.get("FAKE_ENGINE_METRICS", "sglang").strip().lower() or "sglang"
-    if dialect not in ("sglang", "vllm"):
-        raise KnobError(f"FAKE_ENGINE_METRICS={dialect!r} is unknown; use sglang or vllm")
+    if dialect not in ("sglang", "vllm", "none"):
+        raise KnobError(f"FAKE_ENGINE_METRICS={dialect!r} is unknown; use sglang, vllm or none")
     return dialect
 
 
@@ -321,6 +335,15 @@ class EngineArgs:
     unknown: tuple[str, ...] = ()
     loras: tuple[str, ...] = ()  # the adapter names of --lora-paths, as SGLang names them
     stream_interval: int = 1  # --stream-interval: tokens per stream event after the first
+    pp_size: int = 1  # --pp-size
+    nnodes: int = 1  # --nnodes: the ranks of a group of nodes
+    node_rank: int = 0  # --node-rank
+    dist_init_addr: str | None = None  # --dist-init-addr HOST:PORT, rank 0's rendezvous
+
+    @property
+    def local_devices(self) -> int:
+        """The devices this rank needs: the whole width shared by the group's nodes."""
+        return max(1, self.tp_size * self.pp_size // max(self.nnodes, 1))
 
 
 def _lora_names(paths: object) -> tuple[str, ...]:
@@ -363,6 +386,12 @@ def _minimal_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lora-paths", nargs="*", default=None)
     parser.add_argument("--max-loras-per-batch", type=int, default=8)
     parser.add_argument("--stream-interval", type=int, default=1)
+    parser.add_argument(
+        "--pp-size", "--pipeline-parallel-size", dest="pp_size", type=int, default=1
+    )
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--dist-init-addr", "--nccl-init-addr", default=None)
     return parser
 
 
@@ -417,6 +446,10 @@ def parse_engine_argv(argv: Sequence[str], parser_mode: str = "auto") -> EngineA
         if values.get("enable_lora") is not False
         else (),
         stream_interval=max(1, int(values.get("stream_interval") or 1)),
+        pp_size=int(values.get("pp_size") or 1),
+        nnodes=int(values.get("nnodes") or 1),
+        node_rank=int(values.get("node_rank") or 0),
+        dist_init_addr=values.get("dist_init_addr"),
     )
 
 
@@ -670,6 +703,10 @@ class _Engine:
         self.children: list[subprocess.Popen[bytes]] = []
         self.shared: list[mmap.mmap] = []  # FAKE_ENGINE_SHM: the ranks' files, mapped here too
         self.connections: set[asyncio.StreamWriter] = set()
+        # A group of nodes: the links to the other ranks, and rank 0's rendezvous listener.
+        self.group_links: list[asyncio.StreamWriter] = []
+        self.group_server: asyncio.AbstractServer | None = None
+        self.stopping = False
         self.created = int(time.time())
         self.metrics = _SglangMetrics(args.served_model_name, knobs)
         self.routes: dict[tuple[str, str], _Handler] = {
@@ -762,7 +799,7 @@ class _Engine:
         return True
 
     async def _metrics(self, ex: _Exchange) -> bool:
-        if "--enable-metrics" not in self.argv:
+        if "--enable-metrics" not in self.argv or self.knobs.metrics == "none":
             ex.send_json(404, {"detail": "Not Found"})
         else:
             ex.send(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
@@ -784,6 +821,11 @@ class _Engine:
                 "model_path": self.args.model_path,
                 "served_model_name": self.args.served_model_name,
                 "tp_size": self.args.tp_size,
+                "pp_size": self.args.pp_size,
+                "nnodes": self.args.nnodes,
+                "node_rank": self.args.node_rank,
+                "dist_init_addr": self.args.dist_init_addr,
+                "group_links": len(self.group_links),
                 "host": self.args.host,
                 "port": self.args.port,
                 "nccl_port": self.args.nccl_port,
@@ -1286,12 +1328,76 @@ class _Reply:
 
 def _mask_problem(args: EngineArgs, env: Mapping[str, str]) -> str | None:
     mask = [item for item in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.strip()]
-    if mask and len(mask) < args.tp_size:
+    need = args.local_devices
+    if mask and len(mask) < need:
         return (
             f"CUDA error: invalid device ordinal: --tp-size {args.tp_size} needs "
-            f"{args.tp_size} devices but CUDA_VISIBLE_DEVICES={','.join(mask)} shows {len(mask)}"
+            f"{need} devices but CUDA_VISIBLE_DEVICES={','.join(mask)} shows {len(mask)}"
         )
     return None
+
+
+# --------------------------------------------------------------------------- groups of nodes
+
+
+def _rendezvous(args: EngineArgs) -> tuple[str, int]:
+    host, _, port = (args.dist_init_addr or "").rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit(f"fake_engine: --nnodes {args.nnodes} needs --dist-init-addr HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+async def _join_group(
+    args: EngineArgs, engine: _Engine, sockets: list[socket.socket], timeout_s: float
+) -> None:
+    """Rank 0: wait until every other rank has joined; rank >= 1: join rank 0. Either way
+    the links are then watched: one closing (a peer died) crashes this rank."""
+    host, port = _rendezvous(args)
+    deadline = time.monotonic() + timeout_s
+    if args.node_rank == 0:
+        sock = _bind(host, port, "rendezvous (--dist-init-addr)")
+        sockets.append(sock)
+        joined: dict[int, asyncio.StreamReader] = {}
+        arrived = asyncio.Event()
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            line = (await reader.readline()).decode().split()
+            if len(line) == 2 and line[0] == "rank" and line[1].isdigit():
+                joined[int(line[1])] = reader
+                engine.group_links.append(writer)
+                _log(f"rank {line[1]} joined the group ({len(joined) + 1}/{args.nnodes})")
+                if len(joined) == args.nnodes - 1:
+                    arrived.set()
+
+        server = await asyncio.start_server(accept, sock=sock)
+        engine.group_server = server
+        try:
+            await asyncio.wait_for(arrived.wait(), max(deadline - time.monotonic(), 0.01))
+        except TimeoutError:
+            engine.crash(f"only {len(joined) + 1} of {args.nnodes} ranks joined in time", 1)
+        for rank, reader in joined.items():
+            asyncio.get_running_loop().create_task(_watch_link(engine, reader, f"rank {rank}"))
+        return
+    while True:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                engine.crash(f"rank {args.node_rank} could not reach rank 0 at {host}:{port}", 1)
+            await asyncio.sleep(0.1)
+    writer.write(f"rank {args.node_rank}\n".encode())
+    await writer.drain()
+    engine.group_links.append(writer)
+    _log(f"rank {args.node_rank} joined the group at {host}:{port}")
+    asyncio.get_running_loop().create_task(_watch_link(engine, reader, "rank 0"))
+
+
+async def _watch_link(engine: _Engine, reader: asyncio.StreamReader, peer: str) -> None:
+    with contextlib.suppress(OSError):
+        await reader.read()  # nothing is ever sent: this returns when the peer is gone
+    if not engine.stopping:
+        engine.crash(f"lost {peer} of the group (its process ended)", 1)
 
 
 def _bind(host: str, port: int, what: str) -> socket.socket:
@@ -1372,6 +1478,13 @@ async def _serve(args: EngineArgs, knobs: Knobs, argv: Sequence[str]) -> int:
         while knobs.ready_file and not _file_exists(knobs.ready_file) and not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.05)
+        if args.nnodes > 1 and not stop.is_set():
+            join = asyncio.ensure_future(_join_group(args, engine, sockets, knobs.join_timeout_s))
+            await asyncio.wait(
+                {join, asyncio.ensure_future(stop.wait())}, return_when="FIRST_COMPLETED"
+            )
+            if not join.done():
+                join.cancel()
         if not stop.is_set():
             if knobs.exit_at_start is not None:
                 engine.crash(
@@ -1394,9 +1507,12 @@ async def _serve(args: EngineArgs, knobs: Knobs, argv: Sequence[str]) -> int:
         engine.stop_children(signal.SIGKILL)
         return 1
     finally:
+        engine.stopping = True
         if server is not None:
             server.close()
-        for writer in list(engine.connections):
+        if engine.group_server is not None:
+            engine.group_server.close()
+        for writer in [*engine.connections, *engine.group_links]:
             writer.close()
         for sock in sockets:
             sock.close()

@@ -16,8 +16,12 @@ PACKAGE = Path(sie_worker.__file__).resolve().parent
 FORBIDDEN = {
     "config": {"sizing", "worker", "router", "gateway", "commands"},
     "sizing": {"worker", "router", "gateway", "commands"},
-    "worker": {"router"},
-    "router": {"worker"},
+    "worker": {"router", "backends"},
+    # The router and the gateway share their backend table, poll reader and prefix index
+    # through ``backends``, never through each other.
+    "router": {"worker", "gateway"},
+    "gateway": {"worker", "router"},
+    "backends": {"router", "gateway", "worker", "sizing", "commands", "config"},
 }
 # part -> the only parts (or single modules) it may import besides itself. The engine may
 # read SIE's text rule (pure, no imports) so the worker and the engine form texts alike.
@@ -103,7 +107,20 @@ PURE = {
     "config/files/json_types.py": set(),
     "sizing/memory_needs.py": set(),
     "sizing/packing.py": {"sie_worker.sizing.memory_needs"},
+    "sizing/layout.py": {"sie_worker.config.widths", "sie_worker.sizing.arithmetic"},
     "worker/lifecycle.py": {"sie_worker.model_states", "sie_worker.worker.records"},
+    "backends/prefix.py": set(),
+    "backends/bound.py": set(),
+    "router/policy.py": {
+        "sie_worker.model_states",
+        "sie_worker.backends.bound",
+        "sie_worker.backends.prefix",
+    },
+    "gateway/policy.py": {
+        "sie_worker.config.widths",
+        "sie_worker.backends.bound",
+        "sie_worker.backends.prefix",
+    },
 }
 
 

@@ -9,6 +9,7 @@
     ├── NotFound             not_found           404
     ├── MethodNotAllowed     method_not_allowed  405
     ├── PlacementFailed      placement_failed    409
+    ├── NotLeader            not_leader          409  (a rank >= 1 of a group of nodes)
     ├── PayloadTooLarge      payload_too_large   413
     ├── HeadersTooLarge      headers_too_large   431
     ├── ModelLoading         model_loading       503  (Retry-After)
@@ -49,6 +50,7 @@ __all__ = [
     "ModelLoading",
     "NoPool",
     "NotFound",
+    "NotLeader",
     "PayloadTooLarge",
     "PlacementFailed",
     "Problem",
@@ -78,6 +80,7 @@ SIE_ERROR_CODES: Mapping[str, str] = MappingProxyType(
         "not_found": "NOT_FOUND",
         "method_not_allowed": "METHOD_NOT_ALLOWED",
         "placement_failed": "RESOURCE_EXHAUSTED",
+        "not_leader": "NOT_LEADER",  # ours: SIE has no groups of nodes
         "payload_too_large": "PAYLOAD_TOO_LARGE",
         "headers_too_large": "INVALID_INPUT",
         "model_loading": "MODEL_LOADING",
@@ -205,6 +208,22 @@ class PlacementFailed(SieError):
 
     def __init__(self, message: str, *, retry_after_s: int = 2) -> None:
         super().__init__(message, headers={"Retry-After": str(retry_after_s)})
+
+
+class NotLeader(SieError):
+    """This worker is a rank >= 1 of a group of nodes: only rank 0 serves requests; the
+    message names it."""
+
+    code = "not_leader"
+    status = 409
+
+    def __init__(self, rank: int, nodes: int, leader: str) -> None:
+        super().__init__(
+            f"this worker is rank {rank} of a group of {nodes} nodes, which serves requests "
+            f"at its leader only: send them to rank 0 at {leader} (the group's Service "
+            "reaches leaders only)"
+        )
+        self.leader = leader
 
 
 class PayloadTooLarge(SieError):

@@ -63,6 +63,11 @@ class Settings:
     fake_memory_budget: int | None = None
     memory_pressure_threshold_percent: float = 95.0
     placement_strategy: Strategy = "spread"
+    # A group of nodes (DESIGN "Pipeline parallelism and models beyond one node"): how many
+    # workers serve the group's wide models together, this one's rank, rank 0's host.
+    nodes: int = 1
+    node_rank: int = 0
+    leader_address: str | None = None
     host: str = "0.0.0.0"
     port: int = 8080
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -109,6 +114,7 @@ class Settings:
             raise SettingsError(
                 f"SIE_PLACEMENT_STRATEGY: {strategy!r} is not one of {', '.join(STRATEGIES)}"
             )
+        nodes, node_rank, leader = _node_group(env)
         return cls(
             devices=devices,
             device_cores=cores,
@@ -133,7 +139,56 @@ class Settings:
             fake_memory_budget=_memory_budget(env),
             memory_pressure_threshold_percent=_threshold(env),
             placement_strategy=strategy,
+            nodes=nodes,
+            node_rank=node_rank,
+            leader_address=leader,
         )
+
+
+def _node_group(env: Mapping[str, str]) -> tuple[int, int, str | None]:
+    """``SIE_NODES`` (N >= 2), ``SIE_NODE_RANK`` (0..N-1) and ``SIE_LEADER_ADDRESS`` (rank 0's
+    host), all three or none (on a LeaderWorkerSet the chart maps LWS_GROUP_SIZE,
+    LWS_WORKER_INDEX and LWS_LEADER_ADDRESS to them)."""
+    names = ("SIE_NODES", "SIE_NODE_RANK", "SIE_LEADER_ADDRESS")
+    raw = {name: env.get(name, "").strip() for name in names}
+    if not any(raw.values()):
+        return 1, 0, None
+    missing = [name for name in names if not raw[name]]
+    if missing:
+        given = [name for name in names if raw[name]]
+        verb = "is" if len(given) == 1 else "are"
+        raise SettingsError(
+            f"{missing[0]}: unset, but {' and '.join(given)} {verb} set; a group of nodes "
+            "needs SIE_NODES, SIE_NODE_RANK and SIE_LEADER_ADDRESS together (unset them all "
+            "for one node)"
+        )
+    try:
+        nodes = int(raw["SIE_NODES"])
+    except ValueError:
+        nodes = 0
+    if nodes < 2:
+        raise SettingsError(
+            f"SIE_NODES: must be an integer of at least 2 (the nodes of the group), got "
+            f"{raw['SIE_NODES']!r}; unset SIE_NODES, SIE_NODE_RANK and SIE_LEADER_ADDRESS for "
+            "one node"
+        )
+    try:
+        rank = int(raw["SIE_NODE_RANK"])
+    except ValueError:
+        rank = -1
+    if not 0 <= rank < nodes:
+        raise SettingsError(
+            f"SIE_NODE_RANK: must be an integer from 0 to {nodes - 1} (SIE_NODES={nodes}), "
+            f"got {raw['SIE_NODE_RANK']!r}"
+        )
+    leader = raw["SIE_LEADER_ADDRESS"]
+    if any(c.isspace() or c in "/@?#[]" for c in leader) or leader.count(":") == 1:
+        raise SettingsError(
+            f"SIE_LEADER_ADDRESS: {leader!r} is not a host name or address; give rank 0's "
+            "host alone (e.g. sie-0.sie.default), without a scheme, port or path: the port is "
+            "each model's rendezvous port"
+        )
+    return nodes, rank, leader
 
 
 def _command(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:

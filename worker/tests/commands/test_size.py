@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.sizing_figures import LLAMA, SEED_004_TABLE
+from tests.support.sizing_figures import (
+    LLAMA,
+    SEED_004_LAYOUT_USABLE,
+    SEED_004_LAYOUTS,
+    SEED_004_TABLE,
+)
 
 from sie_worker.cli import main
 from sie_worker.sizing.gpus import GPU_MEMORY_BYTES
@@ -100,15 +105,115 @@ def test_size_reports_seed_004_kv_per_token(
     assert out["kv_bytes_per_token"] == kib * 1024
 
 
-def test_size_says_405b_bf16_needs_more_than_one_engine_spans(
+def test_size_gives_405b_bf16_a_group_of_two_nodes_with_its_pool_values(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # 14 GPUs at 90% (seed 004's "why split" row): more than a node of 8, so TP=8 x PP=2.
     params, shape = LLAMA["405B"]
     config = _model(tmp_path, shape, checkpoint_bytes=params * 2)
-    out = _size_json(capsys, str(config), "--gpu-type", "h100", "--sequences", "32")
-    assert out["width"] is None
-    assert out["pool"] is None
-    assert "needs 14 GPUs" in out["width_reason"]
+    argv = [str(config), "--gpu-type", "h100", "--sequences", "32"]
+    out = _size_json(capsys, *argv)
+    assert out["min_gpus"] == 14
+    assert out["width"] == 16
+    assert "pipeline_parallel_size 2" in out["width_reason"]
+    assert out["pool"]["gpu"] == {"count": 8, "deviceGroup": True, "nodes": 2}
+    assert out["replicas_per_node"] is None
+    layout = out["layout"]
+    assert layout["summary"] == "needs 14 GPU(s) -> TP=8 inside a node, PP=2 across nodes"
+    assert (layout["tensor_parallel_size"], layout["pipeline_parallel_size"]) == (8, 2)
+    assert (layout["nodes"], layout["gpus_per_rank"], layout["replicas"]) == (2, 8, 1)
+    assert main(["size", *argv]) == 0
+    table = capsys.readouterr().out
+    assert max(len(line) for line in table.splitlines()) <= 80
+    assert "    count: 8\n    deviceGroup: true\n    nodes: 2\n  shmSize: 64Gi\n" in table
+    assert (
+        "model config (profiles.<name>.adapter_options.loadtime):\n"
+        "  tensor_parallel_size: 8\n  pipeline_parallel_size: 2\n"
+    ) in table
+    assert re.search(r"^layout\s+needs 14 GPU\(s\) -> TP=8 inside a node, PP=2", table, re.M)
+
+
+def _weights_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A model config with no config.json anywhere: ``size`` needs --params."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    config = tmp_path / "remote.yaml"
+    config.write_text(
+        "sie_id: test-org/remote\nhf_id: test-org/remote\n"
+        "tasks:\n  generate:\n    context_length: 8192\nprofiles:\n  default: {}\n"
+    )
+    return config
+
+
+@pytest.mark.parametrize("row", SEED_004_LAYOUTS, ids=[row[0] for row in SEED_004_LAYOUTS])
+def test_size_prints_seed_004_example_14_layouts(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    row: tuple[Any, ...],
+) -> None:
+    """Seed 004, Example 14 ("choosing a layout"): the six setups through the command, the
+    weights as the seed gives them in GB (--params G --bits 8 is G GB) at its 60% rule."""
+    _, weights, gpu, per_node, nodes, nvlink, moe, line, need, tp, pp, span, dp, ep = row
+    argv = [str(_weights_only(tmp_path, monkeypatch)), "--params", f"{weights}B", "--bits", "8",
+            "--gpu-memory", f"{gpu}GB", "--usable", str(SEED_004_LAYOUT_USABLE),
+            "--gpus-per-node", str(per_node), "--nodes", str(nodes),
+            "--interconnect", "nvlink" if nvlink else "pcie"]  # fmt: skip
+    argv += ["--moe"] if moe else []
+    assert main(["size", *argv]) == 0
+    assert re.search(rf"^layout {{8}}{re.escape(line)}$", capsys.readouterr().out, re.M)
+    out = _size_json(capsys, *argv)
+    assert round(out["weights_bytes"] / GB, 1) == weights
+    layout = out["layout"]
+    assert layout["summary"] == line
+    assert (layout["gpus_needed"], layout["tensor_parallel_size"]) == (need, tp)
+    assert (layout["pipeline_parallel_size"], layout["nodes"]) == (pp, span)
+    assert (layout["replicas"], layout["expert_parallel"]) == (dp, ep)
+    assert (layout["nodes_on_hand"], layout["interconnect"]) == (
+        nodes,
+        "nvlink" if nvlink else "pcie",
+    )
+    assert out["width"] == (None if tp is None else tp * pp)
+
+
+@pytest.mark.parametrize(("params", "bits", "need"), [("405B", "16", 12), ("671B", "8", 10)])
+def test_frontier_models_on_8_x_80_gb_get_a_group_not_none(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    params: str,
+    bits: str,
+    need: int,
+) -> None:
+    # Issue 39: "none: weights alone need 12 (10) GPUs, more than the 8 one engine can span".
+    config = _weights_only(tmp_path, monkeypatch)
+    out = _size_json(capsys, str(config), "--gpu-type", "h100", "--params", params, "--bits", bits)
+    assert out["min_gpus"] == need
+    assert (
+        out["layout"]["summary"] == f"needs {need} GPU(s) -> TP=8 inside a node, PP=2 across nodes"
+    )
+    assert out["pool"]["gpu"] == {"count": 8, "deviceGroup": True, "nodes": 2}
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_size_refuses_bad_nodes_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    config = _model(tmp_path, LLAMA["8B"][1])
+    with pytest.raises(SystemExit) as exit_:
+        main(["size", str(config), "--gpu-type", "h100", "--nodes", value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --nodes: {value!r}: a whole number of nodes, at least 1, e.g. 2" in err
+
+
+def test_size_help_names_the_layout_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["size", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--nodes N nodes on hand" in help_text
+    assert "--interconnect {nvlink,pcie}" in help_text
+    assert "pipeline stages" in help_text
+    assert "--moe" in help_text
 
 
 # Seed 001 gpus_needed: 140 GB (70B fp16) and 40 GB (4-bit 70B) of weights, KV reserve 40%.
@@ -137,17 +242,23 @@ def test_size_reproduces_seed_001_gpus_needed(
     assert out["width"] == tp
 
 
-def test_fourteen_heads_never_get_width_4(
+def test_fourteen_heads_never_get_tensor_width_4(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shape = {"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
              "hidden_size": 896}  # fmt: skip
     config = _model(tmp_path, shape)
-    # 50 GB of weights on 24 GB L4s need 3 GPUs; no width from 3 to 8 splits 14 heads.
+    # 50 GB of weights on 24 GB L4s need 3 GPUs; no tensor width from 3 to 8 splits 14 heads,
+    # so three pipeline stages of one GPU each: the smallest layout inside the node.
     out = _size_json(capsys, str(config), "--gpu-type", "l4", "--params", "25B")
     assert out["min_gpus"] == 3
     assert out["valid_widths"] == [1, 2]
-    assert out["width"] is None
+    assert out["width"] == 3
+    assert (out["layout"]["tensor_parallel_size"], out["layout"]["pipeline_parallel_size"]) == (
+        1,
+        3,
+    )
+    assert out["layout"]["summary"] == "needs 3 GPU(s) -> PP=3 inside a node, 2 replicas (DP)"
     out = _size_json(capsys, str(config), "--gpu-type", "l4", "--params", "12B")
     assert (out["min_gpus"], out["width"]) == (2, 2)
 
@@ -159,7 +270,11 @@ def test_defaults_come_from_the_config_context_and_kv_budget(
     out = _size_json(capsys, str(config), "--gpu-type", "h100", "--params", "8.03B")
     assert (out["context_tokens"], out["sequences"]) == (16384, 4)
     assert out["context_source"] == "tasks.generate.context_length"
-    assert out["declared"] == {"tensor_parallel_size": 1, "kv_budget_tokens": 65536}
+    assert out["declared"] == {
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "kv_budget_tokens": 65536,
+    }
 
 
 def test_gpu_type_defaults_to_the_chart_env(
@@ -285,8 +400,7 @@ def test_every_json_field_is_documented_in_the_readme(
     params, shape = LLAMA["70B"]
     config = _model(tmp_path, shape, checkpoint_bytes=params * 2)
     out = _size_json(capsys, str(config), "--gpu-type", "h100")
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Sizing", 1)[1].split("\n## ", 1)[0]
+    section = (REPO / "docs" / "sizing.md").read_text(encoding="utf-8")
     nested = [f"{k}" for v in out.values() if isinstance(v, dict) for k in v]
     missing = [k for k in [*out, *nested] if f"`{k}`" not in section and k not in section]
     assert missing == []
@@ -529,3 +643,22 @@ def test_one_model_keeps_its_report_shape(
     out = _size_json(capsys, str(_shared_model(tmp_path, "a", 4)), "--gpu-type", "h100")
     assert out["model"] == "org/a"
     assert "sharing" not in out
+
+
+def test_size_reads_a_declared_pipeline_as_part_of_the_width(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params, shape = LLAMA["405B"]
+    config = _model(tmp_path, shape, checkpoint_bytes=params * 2, width=8)
+    text = config.read_text().replace(
+        "        tensor_parallel_size: 8\n",
+        "        tensor_parallel_size: 8\n        pipeline_parallel_size: 2\n",
+    )
+    config.write_text(text)
+    out = _size_json(capsys, str(config), "--gpu-type", "h100", "--sequences", "32")
+    assert out["declared"]["tensor_parallel_size"] == 8
+    assert out["declared"]["pipeline_parallel_size"] == 2
+    assert out["warnings"] == []  # 810 GB over 16 GPUs fits; TP=8 alone would not
+    assert main(["size", str(config), "--gpu-type", "h100", "--sequences", "32"]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"^declared\s+tensor_parallel_size 8, pipeline_parallel_size 2$", table, re.M)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from functools import partial
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sie_worker.backends.prefix import PrefixMatch, best_of
 from sie_worker.gateway.policy import (
     Decision,
     GroupView,
@@ -244,3 +246,60 @@ def test_the_group_with_the_model_ready_wins_then_the_less_loaded_then_file_orde
     empty = group(pod("f", up=False), key="empty", order=0)
     assert choose("m", 1, [empty, quiet]).group == "quiet"  # type: ignore[union-attr]
     assert choose("m", 1, [empty, group(key="none", order=1)]) is None
+
+
+prefixes_strategy = st.dictionaries(
+    st.tuples(st.sampled_from(["g0", "g1", "g2"]), st.sampled_from([f"p{i}" for i in range(8)])),
+    st.builds(PrefixMatch, st.integers(1, 6), st.integers(1, 9)),
+    max_size=10,
+)
+
+
+@given(groups_strategy, st.sampled_from(MODELS), prefixes_strategy, st.integers(1, 8))
+def test_without_a_session_the_longest_cached_prefix_within_the_bound_wins(
+    groups: list[GroupView], model: str, cached: dict[tuple[str, str], PrefixMatch], target: int
+) -> None:
+    decision = choose(model, 1, groups, slot_target=target, prefix=partial(best_of, cached))
+    plain = choose(model, 1, groups, slot_target=target)
+    eligible = []
+    for g in groups:
+        candidates = _candidates(g)
+        cap = load_cap(sum(p.outstanding for p in candidates), len(candidates) or 1)
+        for p in candidates:
+            found = cached.get((str(g.key), p.name))
+            if found and fits(p, cap, target) and tier_of(p, model, 1) <= 1:
+                eligible.append((found.blocks, found.seq, g.key, p.name))
+    if not eligible:
+        assert decision == plain  # no match within the bound: the usual order
+        return
+    assert decision is not None
+    assert decision.reason == "prefix"
+    longest = max(b for b, *_ in eligible)
+    newest = max(s for b, s, *_ in eligible if b == longest)
+    assert (decision.group, decision.pod) in [
+        (k, n) for b, s, k, n in eligible if (b, s) == (longest, newest)
+    ]
+
+
+def test_a_session_key_wins_over_a_cached_prefix() -> None:
+    groups = [group(pod("a", m="ready"), pod("b", m="ready"), key="g")]
+    cached = {("g", "a"): PrefixMatch(3, 1), ("g", "b"): PrefixMatch(1, 2)}
+    assert choose("m", 1, groups, prefix=partial(best_of, cached)) == Decision("g", "a", "prefix")
+    assert choose("m", 1, groups, session="s", prefix=partial(best_of, cached)).reason in (
+        "affinity",
+        "affinity_spill",
+    )
+
+
+def test_a_prefix_on_a_pod_over_the_bound_or_without_the_model_gives_way() -> None:
+    busy = [group(pod("a", outstanding=9, m="ready"), pod("b", m="ready"), key="g")]
+    cached = {("g", "a"): PrefixMatch(5, 1)}
+    assert choose("m", 1, busy, slot_target=1, prefix=partial(best_of, cached)) == Decision(
+        "g", "b", "ready"
+    )
+    evicted = [group(pod("a", free_run=1), pod("b", m="ready"), key="g")]
+    assert choose("m", 1, evicted, prefix=partial(best_of, cached)) == Decision("g", "b", "ready")
+    # Two pods with the same prefix: the one that was sent it last.
+    both = [group(pod("a", m="ready"), pod("b", m="ready"), key="g")]
+    tie = {("g", "a"): PrefixMatch(2, 4), ("g", "b"): PrefixMatch(2, 7)}
+    assert choose("m", 1, both, prefix=partial(best_of, tie)) == Decision("g", "b", "prefix")

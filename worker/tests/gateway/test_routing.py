@@ -7,9 +7,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from sie_worker.backends.prefix import PrefixConfig
 from sie_worker.errors import NoPool, Provisioning, QueueFull, UnknownModel, UnknownPool
 from sie_worker.gateway.catalogue import Catalogue
-from sie_worker.gateway.choice import Selection, select_pools
+from sie_worker.gateway.choice import Selection, select_pools, selection
 from sie_worker.gateway.metrics import GatewayMetrics
 from sie_worker.gateway.pools import PoolKey, PoolSpec
 from sie_worker.gateway.routing import Holder
@@ -148,3 +149,31 @@ async def test_an_excluded_pod_is_not_chosen_again() -> None:
     pod, _ = await holder.pick(SELECTION, frozenset())
     with pytest.raises(Provisioning):
         await holder.pick(SELECTION, frozenset({pod.name}))
+
+
+async def test_a_keyless_chat_follows_its_prefix_to_the_pod_that_served_it() -> None:
+    fleet = _fleet(prefix=PrefixConfig(block_chars=8, index_blocks=100))
+    fleet.set_endpoints(
+        L4.key, [Endpoint(f"pod-{i}", f"http://127.0.0.1:{i + 1}") for i in range(3)]
+    )
+    for pod in fleet.groups[L4.key].pods.values():
+        fleet.apply_poll(pod, 0.0, PodPoll({"m": "ready"}, {}, 0, 1, 1, True))
+    holder = Holder(fleet)
+    history = [{"role": "system", "content": "You are an agent. " * 4}]
+
+    def chosen(messages: list[dict[str, str]]) -> Selection:
+        return selection((L4,), Catalogue.empty(), fleet, "m", {}, {"messages": messages})
+
+    first_pod, first = await holder.pick(chosen(history), frozenset())
+    fleet.dispatched(first_pod, "m", first.reason)  # busier than the others now
+    history.append({"role": "user", "content": "turn two"})
+    pod, decision = await holder.pick(chosen(history), frozenset())
+    assert (pod.name, decision.reason) == (first_pod.name, "prefix")
+    # A session key wins over the prefix; the key's pod gets the blocks too.
+    keyed = selection(
+        (L4,), Catalogue.empty(), fleet, "m", {"x-session-id": "s"}, {"messages": history}
+    )
+    assert (await holder.pick(keyed, frozenset()))[1].reason in ("affinity", "affinity_spill")
+    # A pod that leaves rotation takes its prefixes with it.
+    fleet.mark_down(first_pod, "gone")
+    assert (L4.key, first_pod.name) not in fleet.prefixes.match(chosen(history).prefix)

@@ -45,3 +45,15 @@ def test_unusable_values_are_refused_naming_the_variable(env: dict[str, str], me
         env = {"SIE_GATEWAY_POOLS": "p.yaml", **env}
     with pytest.raises(GatewaySettingsError, match=message):
         GatewaySettings.from_env(env)
+
+
+def test_the_prefix_index_sizes_are_read_and_a_bad_one_is_refused_by_name() -> None:
+    env = {
+        "SIE_GATEWAY_POOLS": "p.yaml",
+        "SIE_GATEWAY_PREFIX_BLOCK_CHARS": "128",
+        "SIE_GATEWAY_PREFIX_INDEX_BLOCKS": "1000",
+    }
+    prefix = GatewaySettings.from_env(env).prefix
+    assert (prefix.block_chars, prefix.index_blocks) == (128, 1000)
+    with pytest.raises(GatewaySettingsError, match="SIE_GATEWAY_PREFIX_BLOCK_CHARS"):
+        GatewaySettings.from_env({**env, "SIE_GATEWAY_PREFIX_BLOCK_CHARS": "0"})

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
+from sie_worker.backends.answers import BackendPoll, parse_devices, parse_models
 from sie_worker.gateway.metrics import GatewayMetrics
-from sie_worker.gateway.pod_poll import parse_pod_devices, parse_pod_models, parse_slot_width
+from sie_worker.gateway.pod_poll import free_run_per_slot, pod_poll, slot_width_of
 from sie_worker.gateway.pools import PoolSpec
 from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.gateway.state import Endpoint, Fleet, PodPoll
@@ -21,24 +20,28 @@ def _fleet() -> Fleet:
 
 
 def test_a_pod_router_answer_gives_states_widths_and_the_widest_free_run_per_slot() -> None:
-    states, widths = parse_pod_models(
-        {"data": [{"id": "a", "state": "ready", "width": 2}, {"id": "b", "state": None}]}
+    answer = BackendPoll(
+        parse_models(
+            {"data": [{"id": "a", "state": "ready", "width": 2}, {"id": "b", "state": None}]}
+        ),
+        parse_devices(
+            {
+                "devices": [
+                    {"slot": 0, "device": "cuda:0", "model": "a"},
+                    {"slot": 0, "device": "cuda:1", "model": None},
+                    {"slot": 1, "device": "cuda:0", "model": None},
+                    {"slot": 1, "device": "cuda:1", "model": None},
+                ]
+            }
+        ),
+        True,
+        slots=2,
+        ready_slots=1,
     )
-    assert (states, widths) == ({"a": "ready", "b": "unloaded"}, {"a": 2})
-    devices = {
-        "devices": [
-            {"slot": 0, "device": "cuda:0", "model": "a"},
-            {"slot": 0, "device": "cuda:1", "model": None},
-            {"slot": 1, "device": "cuda:0", "model": None},
-            {"slot": 1, "device": "cuda:1", "model": None},
-        ]
-    }
-    assert parse_pod_devices(devices) == 2
+    assert pod_poll(answer) == PodPoll({"a": "ready", "b": "unloaded"}, {"a": 2}, 2, 2, 1, True, 2)
     # Free devices of two slots never make one run.
-    split = {"devices": [{"slot": 0, "model": None}, {"slot": 1, "model": None}]}
-    assert parse_pod_devices(split) == 1
-    with pytest.raises(ValueError, match="expected"):
-        parse_pod_models({"models": []})
+    split = parse_devices({"devices": [{"device": "x", "slot": s, "model": None} for s in (0, 1)]})
+    assert free_run_per_slot(split) == 1
 
 
 def test_a_dispatch_counts_as_loading_until_a_later_poll_says_otherwise() -> None:
@@ -92,18 +95,27 @@ def test_a_pool_at_zero_is_discovered_with_no_pods() -> None:
     assert fleet.groups[KEY].routable() == []
 
 
-def test_lora_adapters_listed_by_a_pod_are_not_models_of_their_own() -> None:
-    listed = {
-        "data": [
-            {"id": "a", "state": "ready", "width": 1},
-            {"id": "a:sql", "state": "ready", "width": 1, "parent": "a"},
-        ]
-    }
-    assert parse_pod_models(listed) == ({"a": "ready"}, {"a": 1})
-
-
 def test_a_pod_router_answer_gives_the_devices_of_its_widest_slot() -> None:
     devices = [{"device": f"cuda:{i}", "slot": i // 2, "model": None} for i in range(4)]
-    assert parse_slot_width({"devices": devices}) == 2
-    assert parse_slot_width({"devices": [{"device": "cuda:0"}, {"device": "cuda:1"}]}) == 2
-    assert parse_slot_width({"devices": []}) == 0
+    assert slot_width_of(parse_devices({"devices": devices})) == 2
+    unslotted = {"devices": [{"device": "cuda:0"}, {"device": "cuda:1"}]}
+    assert slot_width_of(parse_devices(unslotted)) == 2
+    assert slot_width_of(()) == 0
+
+
+def test_a_dispatch_in_flight_outlives_a_poll_answered_before_the_pod_saw_it() -> None:
+    # The router's rule, shared: a burst keeps following its first request to the same pod
+    # (and loads the model once) even when a poll that started after the dispatch, but was
+    # answered before the request reached the pod, still lists the model unloaded.
+    fleet = _fleet()
+    fleet.set_endpoints(KEY, [Endpoint("p0", "http://127.0.0.1:1")])
+    pod = fleet.groups[KEY].pods["p0"]
+    fleet.apply_poll(pod, 1.0, PodPoll({"a": "unloaded"}, {"a": 1}, 1, 2, 2, True))
+    fleet.clock = lambda: 2.0
+    fleet.dispatched(pod, "a", "free_slot")
+    fleet.apply_poll(pod, 3.0, PodPoll({"a": "unloaded"}, {"a": 1}, 1, 2, 2, True))
+    assert (pod.models["a"], pod.free_run) == ("loading", 0)
+    # Once the request ended, a later poll is the truth again.
+    fleet.finished(pod, "a", served=False)
+    fleet.apply_poll(pod, 4.0, PodPoll({"a": "unloaded"}, {"a": 1}, 1, 2, 2, True))
+    assert (pod.models["a"], pod.pending) == ("unloaded", [])

@@ -726,3 +726,31 @@ async def test_unknown_paths_get_the_error_shape() -> None:
         r = await p.client.delete("/healthz")
         assert r.status_code == 405
         assert r.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_a_chats_next_turn_goes_to_the_slot_that_holds_its_prefix() -> None:
+    async with pod(3) as p:
+        for worker in p.workers:
+            worker.preload("a")
+        await p.until(lambda: all(p.slot_up(s) for s in range(3)), "every slot up")
+        messages = [{"role": "system", "content": "You are a careful agent. " * 40}]
+        first = await p.client.post(
+            "/v1/chat/completions", json={"model": "a", "messages": messages}
+        )
+        assert first.headers["x-sie-route-reason"] == "ready"
+        slot = first.headers["x-sie-slot"]
+        for turn in range(3):
+            messages.append({"role": "user", "content": f"turn {turn} " * 50})
+            r = await p.client.post(
+                "/v1/chat/completions", json={"model": "a", "messages": messages}
+            )
+            assert (r.headers["x-sie-slot"], r.headers["x-sie-route-reason"]) == (slot, "prefix")
+        assert (
+            p.app.state.table.metrics.registry.get_sample_value(
+                "sie_router_decisions_total", {"reason": "prefix"}
+            )
+            == 3.0
+        )
+        # A short prompt (no full block) and a completion go the usual way.
+        r = await _complete(p.client, "a")
+        assert r.headers["x-sie-route-reason"] == "ready"

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sie_worker.backends.bound import load_cap
+from sie_worker.backends.prefix import PrefixMatch, best_of
 from sie_worker.router.policy import (
     Decision,
     ModelView,
     SlotView,
+    choose_by_prefix,
     choose_slot,
     free_run,
     record_dispatch,
@@ -282,3 +286,66 @@ def test_record_served_marks_a_dispatched_model_ready() -> None:
     assert after.models["a"].state == "ready"
     assert after.devices == (("cuda:0", "a"),)
     assert record_served(slot(0), "ghost") == slot(0)
+
+
+_cached = st.dictionaries(
+    st.integers(0, 3), st.builds(PrefixMatch, st.integers(1, 5), st.integers(1, 9)), max_size=4
+)
+
+
+@given(
+    st.lists(
+        st.builds(
+            slot,
+            st.integers(0, 3),
+            models=st.dictionaries(
+                st.just("a"),
+                st.builds(ModelView, st.sampled_from(["unloaded", "loading", "ready"])),
+            ),
+            outstanding=st.integers(0, 6),
+            up=st.booleans(),
+        ),
+        max_size=4,
+        unique_by=lambda s: s.index,
+    ),
+    _cached,
+)
+def test_the_longest_cached_prefix_within_the_bound_wins_else_none(
+    slots: list[SlotView], cached: dict[int, PrefixMatch]
+) -> None:
+    decision = choose_by_prefix("a", slots, partial(best_of, cached))
+    up = [s for s in slots if s.up]
+    cap = load_cap(sum(s.outstanding for s in up), len(up) or 1)
+    eligible = [
+        (cached[s.index].blocks, cached[s.index].seq, -s.index)
+        for s in up
+        if s.index in cached
+        and s.outstanding + 1 <= cap
+        and s.state_of("a") in ("ready", "loading")
+    ]
+    if not eligible:
+        assert decision is None
+        return
+    top = max(eligible)[:2]
+    assert decision in [Decision(-i, "prefix") for b, s, i in eligible if (b, s) == top]
+
+
+def test_a_model_with_reported_memory_shares_a_device_that_has_room_for_it() -> None:
+    need = 10
+    shared = SlotView(
+        index=0,
+        devices=(("cuda:0", "a"),),
+        models={"a": ready(1.0), "b": ModelView(memory_bytes=need)},
+        room=(need,),
+    )
+    assert choose_slot("b", [shared]) == Decision(0, "free_device")
+    after = record_dispatch(shared, "b")
+    assert (after.models["a"].state, after.models["b"].state, after.room) == (
+        "ready",
+        "loading",
+        (0,),
+    )
+    # With less room the worker evicts, and so does the estimate.
+    tight = SlotView(index=0, devices=shared.devices, models=shared.models, room=(need - 1,))
+    assert choose_slot("b", [tight]) == Decision(0, "evict_lru")
+    assert record_dispatch(tight, "b").models["a"].state == "unloaded"

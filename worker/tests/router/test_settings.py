@@ -67,3 +67,35 @@ def test_api_key_and_timeouts_are_read() -> None:
     assert settings.api_key == "k"
     assert settings.poll_interval_s == 0.25
     assert settings.read_timeout_s == 60.0
+
+
+def test_the_prefix_index_is_on_by_default_and_its_two_sizes_are_read() -> None:
+    default = RouterSettings.from_env({}).prefix
+    assert (default.block_chars, default.index_blocks, default.enabled) == (256, 32768, True)
+    env = {"SIE_ROUTER_PREFIX_BLOCK_CHARS": "64", "SIE_ROUTER_PREFIX_INDEX_BLOCKS": "0"}
+    off = RouterSettings.from_env(env).prefix
+    assert (off.block_chars, off.index_blocks, off.enabled) == (64, 0, False)
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        (
+            {"SIE_ROUTER_PREFIX_BLOCK_CHARS": "0"},
+            "SIE_ROUTER_PREFIX_BLOCK_CHARS: must be an integer above zero",
+        ),
+        (
+            {"SIE_ROUTER_PREFIX_INDEX_BLOCKS": "-1"},
+            r"SIE_ROUTER_PREFIX_INDEX_BLOCKS: must be 0 \(off\)",
+        ),
+        (
+            {"SIE_ROUTER_PREFIX_INDEX_BLOCKS": "many"},
+            r"SIE_ROUTER_PREFIX_INDEX_BLOCKS: must be 0 \(off\) .* got 'many'",
+        ),
+    ],
+)
+def test_bad_prefix_sizes_are_refused_naming_the_variable(
+    env: dict[str, str], fragment: str
+) -> None:
+    with pytest.raises(RouterSettingsError, match=fragment):
+        RouterSettings.from_env(env)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.bench.bench_slot_decision import view_rebuilding_every_model
 
+from sie_worker.backends.answers import BackendPoll, DeviceEntry, ModelEntry
+from sie_worker.backends.prefix import prompt_blocks
 from sie_worker.http.poll import PollError
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import Decision, ModelView
 from sie_worker.router.settings import RouterSettings
-from sie_worker.router.state import SlotTable, parse_devices, parse_models
+from sie_worker.router.state import SlotTable, slot_view_parts
 
 
 class Clock:
@@ -37,39 +38,18 @@ FREE = (("cuda:0", None),)
 MODELS = {"a": ModelView(), "b": ModelView()}
 
 
-def test_parse_models_reads_worker_fields_and_treats_missing_extras_as_unknown() -> None:
-    body = {
-        "object": "list",
-        "data": [
-            {
-                "id": "a",
-                "state": "ready",
-                "devices": ["cuda:0", "cuda:1"],
-                "width": 2,
-                "pinned": True,
-                "error": None,
-                "last_used": 1700000000,
-                "inflight": 3,
-            },
-            {"id": "org/b:fast", "state": "unloaded", "devices": [], "pinned": False},
-        ],
+def test_a_poll_gives_the_policy_models_devices_and_the_memory_the_worker_reports() -> None:
+    answer = BackendPoll(
+        {"a": ModelEntry("ready", 2, True, 5.0, 3, 7), "b": ModelEntry()},
+        (DeviceEntry("cuda:0", ("a",), None, 10, 7), DeviceEntry("cuda:1")),
+        True,
+    )
+    models, devices, room = slot_view_parts(answer)
+    assert models == {
+        "a": ModelView("ready", 2, True, 5.0, 3, memory_bytes=7),
+        "b": ModelView("unloaded", 1),
     }
-    models = parse_models(body)
-    assert models["a"] == ModelView("ready", 2, True, 1700000000.0, 3)
-    assert models["org/b:fast"] == ModelView("unloaded", 1, False, None, 0)
-
-
-@pytest.mark.parametrize("body", [[], {"data": "x"}, {"data": [{"state": "ready"}]}, {"data": [1]}])
-def test_parse_models_refuses_shapes_that_are_not_the_workers(body: object) -> None:
-    with pytest.raises(ValueError, match="/v1/models"):
-        parse_models(body)
-
-
-def test_parse_devices_keeps_order_and_free_devices() -> None:
-    body = {"devices": [{"device": "cuda:0", "model": "a"}, {"device": "cuda:1", "model": None}]}
-    assert parse_devices(body) == (("cuda:0", "a"), ("cuda:1", None))
-    with pytest.raises(ValueError, match="/v1/devices"):
-        parse_devices({"devices": [{"model": "a"}]})
+    assert (devices, room) == ((("cuda:0", "a"), ("cuda:1", None)), (3, None))
 
 
 def test_dispatch_is_visible_until_a_poll_started_after_it_lands() -> None:
@@ -168,11 +148,6 @@ def test_a_view_counts_the_larger_inflight_of_worker_and_router_for_every_model(
     assert list(view.models) == list(expected.models)
 
 
-def test_a_negative_inflight_from_a_worker_reads_as_none() -> None:
-    body = {"data": [{"id": "a", "state": "ready", "inflight": -2}]}
-    assert parse_models(body)["a"].inflight == 0
-
-
 def test_slot_leaves_rotation_after_repeated_poll_failures_and_aborts_its_requests() -> None:
     t, clock = table(down_after_failures=2)
     t.apply_poll(0, clock(), dict(MODELS), FREE, True)
@@ -203,3 +178,27 @@ def test_first_round_of_polls_is_signalled_once_every_slot_answered_or_failed() 
     t.poll_failed(1, PollError("refused", refused=True))
     assert t.polled_once.is_set()
     assert t.any_ready()
+
+
+def test_a_prompt_goes_back_to_the_slot_that_holds_its_prefix_until_that_slot_leaves() -> None:
+    t, clock = table(3)
+    for s in range(3):
+        t.apply_poll(s, clock(), {"a": ModelView("ready")}, FREE, True)
+    config = t.settings.prefix
+    history = {"messages": [{"role": "system", "content": "agent " * 100}]}
+    first = prompt_blocks(config, "a", history)
+    # Slot 2 is the least busy, so it gets the first turn (ready, least outstanding).
+    t.dispatched(0, "a", "ready")
+    t.dispatched(1, "a", "ready")
+    assert t.decide("a", prefix=first) == Decision(2, "ready")
+    t.sent(2, first)
+    t.dispatched(2, "a", "ready")
+    history["messages"].append({"role": "user", "content": "next turn " * 40})
+    second = prompt_blocks(config, "a", history)
+    assert t.decide("a", prefix=second) == Decision(2, "prefix")
+    # Over the load bound (1.25 x the mean), the usual order decides.
+    for _ in range(3):
+        t.dispatched(2, "a", "ready")
+    assert t.decide("a", prefix=second) == Decision(0, "ready")
+    t.mark_down(2, "gone")
+    assert t.prefixes.match(second) == {}

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from tests.support.sizing_figures import H100, llama_size
 
+from sie_worker.sizing.arithmetic import GB, ModelSize, Shape
 from sie_worker.sizing.config_warnings import config_warnings
 
 
@@ -79,3 +80,46 @@ def test_weights_warning_suggests_a_width_that_also_holds_the_declared_budget() 
     )
     assert len(warnings) == 1
     assert "with kv_budget_tokens 262144, width 4 is the smallest that does" in warnings[0].message
+
+
+def test_pipeline_stages_share_the_weights_of_a_declared_group() -> None:
+    # 405B BF16 (810 GB): TP=8 alone holds 101 GB per GPU; x PP=2 across nodes, 50.6 GB.
+    model = llama_size("405B", 16)
+    alone = config_warnings(
+        model, width=8, kv_budget_tokens=None, context_tokens=8192, hardware=H100
+    )
+    assert "tensor_parallel_size 8 cannot hold the weights" in alone[0].message
+    group = config_warnings(
+        model, width=8, stages=2, kv_budget_tokens=262144, context_tokens=8192, hardware=H100
+    )
+    assert group == []
+
+
+def test_a_split_warning_names_both_sizes_of_a_pipelined_model() -> None:
+    [warning] = config_warnings(
+        llama_size("8B", 16),
+        width=1,
+        stages=2,
+        kv_budget_tokens=None,
+        context_tokens=8192,
+        hardware=H100,
+    )
+    assert "but tensor_parallel_size 1 x pipeline_parallel_size 2: split only" in warning.message
+
+
+def test_weights_warning_names_the_smallest_split_when_no_tensor_width_alone_holds_them() -> None:
+    # 14 heads and 2 KV heads allow tensor widths 1 and 2 only: 250 GB needs TP=2 x PP=2.
+    shape = Shape(layers=40, attention_heads=14, kv_heads=2, head_dim=128)
+    warnings = config_warnings(
+        ModelSize(shape, 250 * GB),
+        width=1,
+        kv_budget_tokens=None,
+        context_tokens=None,
+        hardware=H100,
+        devices=2,
+    )
+    assert len(warnings) == 1
+    assert (
+        "no tensor width alone does; tensor_parallel_size 2 x pipeline_parallel_size 2 is the "
+        "smallest split that does (this server has 2 GPUs)"
+    ) in warnings[0].message

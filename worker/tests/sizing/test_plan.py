@@ -68,4 +68,7 @@ def test_weights_only_plan_rounds_up_to_a_power_of_two_and_says_heads_are_unchec
     assert (result.min_gpus, result.width.width) == (5, 8)
     assert "check that it divides the attention heads" in result.width.reason
     assert result.kv_bytes_per_token is None
-    assert plan_weights_only(700e9, H100).width.width is None
+    # 700 GB need 10 GPUs: beyond a node of 8, two nodes of TP=8 (test_layout).
+    beyond = plan_weights_only(700e9, H100)
+    assert (beyond.min_gpus, beyond.width.width, beyond.layout.nodes) == (10, 16, 2)
+    assert plan_weights_only(5000e9, H100).width.width is None

@@ -1,4 +1,5 @@
-"""The engines' own metrics on the worker's /metrics: labelled by model, merged per family."""
+"""The engines' own metrics on the worker's /metrics: labelled by model, merged per family;
+and each engine's load, read under its family's names."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sie_worker.worker.engine_metrics import engine_metrics, merge_families
+from sie_worker.config.engine_families import FAMILIES
+from sie_worker.model_server_series import ServerLoad
+from sie_worker.worker.engine_metrics import engine_load, engine_metrics, merge_families
 
 SGLANG = """# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
 # TYPE sglang:num_queue_reqs gauge
@@ -74,8 +77,57 @@ async def test_engines_that_fail_or_answer_an_error_are_skipped() -> None:
 
     engines = [("org/up", "http://up"), ("org/down", "http://down"), ("org/x", "http://missing")]
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        text = await engine_metrics(client, engines)
+        scrape = await engine_metrics(client, engines)
         nothing = await engine_metrics(client, [])
 
-    assert [labels["model"] for labels, _ in _parse(text)["sglang:num_queue_reqs"]] == ["org/up"]
-    assert nothing == b""
+    queue = _parse(scrape.text)["sglang:num_queue_reqs"]
+    assert [labels["model"] for labels, _ in queue] == ["org/up"]
+    assert scrape.loads == {"org/up": ServerLoad(waiting=3.0)}
+    assert (nothing.text, nothing.loads) == (b"", {})
+
+
+def _gauges(values: dict[str, list[float]]) -> str:
+    lines = []
+    for name, samples in values.items():
+        lines.append(f"# TYPE {name} gauge")
+        lines += [f'{name}{{engine="{i}"}} {v}' for i, v in enumerate(samples)]
+    return "\n".join(lines) + "\n"
+
+
+def _load(text: str) -> ServerLoad | None:
+    return engine_load(text_string_to_metric_families(text))
+
+
+def test_sglangs_queue_running_batch_and_token_usage_are_its_load() -> None:
+    text = _gauges(
+        {
+            "sglang:num_queue_reqs": [2],
+            "sglang:num_running_reqs": [5],
+            "sglang:token_usage": [0.25],
+            "sglang:gen_throughput": [99],
+        }
+    )
+
+    assert _load(text) == ServerLoad(waiting=2, running=5, kv_usage=0.25)
+
+
+def test_vllms_data_parallel_engines_add_up_and_the_fullest_kv_cache_counts() -> None:
+    text = _gauges(
+        {
+            "vllm:num_requests_waiting": [1, 4],
+            "vllm:num_requests_running": [3, 2],
+            "vllm:kv_cache_usage_perc": [0.4, 0.9],
+        }
+    )
+
+    assert _load(text) == ServerLoad(waiting=5, running=5, kv_usage=0.9)
+
+
+def test_an_engine_without_load_series_has_no_load() -> None:
+    assert _load(_gauges({"sglang:gen_throughput": [1]})) is None
+
+
+def test_every_family_that_exports_metrics_names_its_load_series() -> None:
+    # One home for the engines' series names: the family table.
+    for family in FAMILIES.values():
+        assert (family.load_series is not None) == family.exports_metrics, family.kind

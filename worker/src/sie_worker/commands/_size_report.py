@@ -11,10 +11,11 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+from sie_worker.commands._size_pool import layout_json, pool_json, pool_lines
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import Problem
 from sie_worker.sizing.arithmetic import Hardware
-from sie_worker.sizing.capacity import Gpu, WorkloadChoice
+from sie_worker.sizing.capacity import Gpu, WorkloadChoice, declared_split
 from sie_worker.sizing.cold_start import (
     DEFAULT_SOURCES,
     DEFAULT_STARTUP_S,
@@ -26,10 +27,10 @@ from sie_worker.sizing.cold_start import (
     cold_starts,
     table_lines,
 )
+from sie_worker.sizing.layout import layout_summary
 from sie_worker.sizing.lora import LoraSizing
 from sie_worker.sizing.model_stats import ModelStats, Weights
 from sie_worker.sizing.plan import Plan
-from sie_worker.sizing.pool import PoolSuggestion
 
 __all__ = ["ColdStartInputs", "Report", "to_json", "to_table"]
 
@@ -61,6 +62,7 @@ class Report:
     warnings: list[Problem]
     cold_start: ColdStartInputs = ColdStartInputs()
     lora: LoraSizing | None = None  # the profile's LoRA adapters, when it declares any
+    moe: tuple[bool, str] = (False, "")  # mixture of experts?, and why (flag or config.json)
 
     def cold_starts(self) -> list[ColdStart]:
         cold = self.cold_start
@@ -74,22 +76,6 @@ class Report:
 
 def _int(value: float | None) -> int | None:
     return None if value is None else round(value)
-
-
-def _pool(pool: PoolSuggestion | None) -> dict[str, Any] | None:
-    if pool is None:
-        return None
-    gpu: dict[str, Any] = {"count": pool.gpu_count}
-    if pool.device_group:
-        gpu["deviceGroup"] = True
-    return {
-        "gpu": gpu,
-        "shmSize": f"{pool.shm_size_gib}Gi",
-        "resources": {
-            "requests": {"memory": f"{pool.memory_request_gib}Gi"},
-            "limits": {"memory": f"{pool.memory_limit_gib}Gi"},
-        },
-    }
 
 
 def to_json(report: Report) -> dict[str, Any]:
@@ -108,7 +94,10 @@ def to_json(report: Report) -> dict[str, Any]:
             "kv_heads": shape.kv_heads,
             "head_dim": shape.head_dim,
             "kv_latent_dim": shape.kv_latent_dim,
+            "experts": stats.experts if stats else None,
         },
+        "moe": report.moe[0],
+        "moe_source": report.moe[1],
         "params": _int(report.weights.params),
         "params_source": report.weights.params_source,
         "bits_per_weight": report.weights.bits_per_weight,
@@ -144,9 +133,11 @@ def to_json(report: Report) -> dict[str, Any]:
         "kv_budget_tokens_per_replica": plan.kv_budget_tokens_per_replica,
         "concurrency_per_replica": plan.concurrency_per_replica,
         "replicas_per_node": plan.replicas_per_node,
-        "pool": _pool(plan.pool),
+        "pool": pool_json(plan.pool),
+        "layout": layout_json(plan.layout),
         "declared": {
-            "tensor_parallel_size": report.declared_width,
+            "tensor_parallel_size": declared_split(report.served)[0],
+            "pipeline_parallel_size": declared_split(report.served)[1],
             "kv_budget_tokens": report.served.profile.kv_budget_tokens,
         },
         "warnings": [{"path": w.path, "message": w.message} for w in report.warnings],
@@ -266,8 +257,12 @@ def _rows(report: Report) -> list[tuple[str, str]]:
             if s.kv_latent_dim
             else f"{s.kv_heads} KV heads, head_dim {s.head_dim}"
         )
+        experts = f", {stats.experts} routed experts" if stats.experts else ""
         rows.append(
-            ("shape", f"{s.layers} layers, {s.attention_heads} attention heads, {attention}")
+            (
+                "shape",
+                f"{s.layers} layers, {s.attention_heads} attention heads, {attention}{experts}",
+            )
         )
     else:
         rows.append(("shape", "unknown (no config.json): weights only"))
@@ -321,33 +316,17 @@ def _rows(report: Report) -> list[tuple[str, str]]:
         rows.append(("per replica", budget))
     if plan.replicas_per_node is not None:
         rows.append(("per node", f"{plan.replicas_per_node} replica(s) of width {width}"))
-    declared = f"tensor_parallel_size {report.declared_width}"
+    rows.append(("layout", layout_summary(plan.layout)))
+    if report.moe[0]:
+        rows.append(("MoE", f"yes ({report.moe[1]}): a split adds expert parallel"))
+    tensor, stages = declared_split(report.served)
+    declared = f"tensor_parallel_size {tensor}"
+    if stages > 1:
+        declared += f", pipeline_parallel_size {stages}"
     if report.served.profile.kv_budget_tokens is not None:
         declared += f", kv_budget_tokens {_n(report.served.profile.kv_budget_tokens)}"
     rows.append(("declared", declared))
     return rows
-
-
-def _pool_lines(pool: dict[str, Any] | None) -> list[str]:
-    if pool is None:
-        return []
-    lines = [
-        "pool (chart values to start from; measure, then adjust):",
-        "  gpu:",
-        f"    count: {pool['gpu']['count']}",
-    ]
-    if pool["gpu"].get("deviceGroup"):
-        lines.append("    deviceGroup: true")
-    resources = pool["resources"]
-    lines += [
-        f"  shmSize: {pool['shmSize']}",
-        "  resources:",
-        "    requests:",
-        f"      memory: {resources['requests']['memory']}",
-        "    limits:",
-        f"      memory: {resources['limits']['memory']}",
-    ]
-    return lines
 
 
 def to_table(report: Report) -> str:
@@ -362,7 +341,7 @@ def to_table(report: Report) -> str:
             subsequent_indent=indent,
             break_on_hyphens=False,
         )
-    lines += _pool_lines(_pool(report.plan.pool))
+    lines += pool_lines(report.plan.pool, report.plan.layout)
     lines += _cold_lines(report)
     for warning in report.warnings:
         lines += textwrap.wrap(

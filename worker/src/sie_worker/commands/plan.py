@@ -1,4 +1,4 @@
-"""``sie-worker plan FILE [--devices LIST] [--profile NAME]``: what a load would do.
+"""``sie-worker plan FILE [--devices LIST] [--profile NAME] [--rank K]``: what a load would do.
 
 Prints ``{"model", "width", "devices", "argv", "env", "memory_bytes"}`` (and ``cores``) as
 JSON, built by the same ``resolve_load_options`` and ``plan_launch`` the worker uses, for an
@@ -14,6 +14,12 @@ is the one it gets on an empty device. Starts nothing.
 A model whose weights come from the hub runs from its snapshot folder in the Hugging Face
 cache (``--model-path``) when the snapshot is complete there; otherwise the plan shows the
 hub id and a note on stderr says that a load downloads it first (``sie-worker fetch``).
+With ``--rank K`` (and ``SIE_NODES``, ``SIE_LEADER_ADDRESS`` set as in the group's pods;
+``SIE_NODE_RANK`` is taken to be K) it plans rank K of a model the group serves, one wider
+than the worker's devices: ``width`` is the model's whole width, ``devices`` the width / N
+this rank claims from ``cuda:0``, the argv carries the engine's multi-node flags, and
+``rank``, ``nodes`` and ``rendezvous`` (the leader's host and the group's port) are added.
+The model counts as pinned (a note on stderr when ``SIE_PINNED_MODELS`` lacks it).
 Warnings (an option accepted but not applied here, a bundle that does not serve the
 adapter) go to stderr. Exit 1 with the refusal (one ``FILE: <json-path>: <message>``
 line per problem) when the load would be refused; exit 2 when the environment itself is unusable.
@@ -37,12 +43,13 @@ from sie_worker.config.load.load_options import adapter_of
 from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import DEFAULT_PROFILE, served_model
 from sie_worker.errors import InvalidConfig, Problem
-from sie_worker.settings import SettingsError
+from sie_worker.settings import Settings, SettingsError
 from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
 from sie_worker.sizing.gpus import GpuError
 from sie_worker.sizing.memory_needs import engine_share
 from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.plan import plan_launch
+from sie_worker.worker.launcher.ranks import group_rank
 from sie_worker.worker.placement.claims import need_of
 from sie_worker.worker.placement.memory import device_memory
 from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, cached_snapshot
@@ -65,14 +72,37 @@ def register(sub: Any) -> None:
         default=DEFAULT_PROFILE,
         help="the profile to plan, served as <sie_id>:<NAME> (default: default)",
     )
+    parser.add_argument(
+        "--rank",
+        metavar="K",
+        type=int,
+        default=None,
+        help="plan rank K of a group of nodes (needs SIE_NODES and SIE_LEADER_ADDRESS)",
+    )
     # Capacity warnings (stderr) when a GPU is named here or by $SIE_GPU_TYPE.
     add_gpu_arguments(parser, per_node=False)
     parser.set_defaults(func=run)
 
 
+def _settings(devices: str | None, rank: int | None) -> Settings:
+    """The worker's settings; with ``rank``, those of that rank of the group."""
+    if rank is None:
+        return settings_for(devices)
+    env = dict(os.environ)
+    if devices is not None:
+        env["SIE_DEVICES"] = devices
+    if not env.get("SIE_NODES", "").strip():
+        raise SettingsError(
+            "--rank needs SIE_NODES (the group's nodes) and SIE_LEADER_ADDRESS (rank 0's host) "
+            "set as in the group's pods, e.g. SIE_NODES=2 SIE_LEADER_ADDRESS=sie-0.sie"
+        )
+    env["SIE_NODE_RANK"] = str(rank)
+    return Settings.from_env(env)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        settings = settings_for(args.devices)
+        settings = _settings(args.devices, args.rank)
         hardware = hardware_from_args(args)
     except (SettingsError, GpuError) as exc:
         print(f"sie-worker plan: {exc}", file=sys.stderr)
@@ -83,6 +113,13 @@ def run(args: argparse.Namespace) -> int:
             served = served_model(config, args.profile)
         except KeyError as exc:
             raise InvalidConfig([Problem("$.profiles", str(exc.args[0]), str(args.file))]) from None
+        if args.rank is not None and served.id not in settings.pinned_models:
+            print(
+                f"note: SIE_PINNED_MODELS lacks {served.id}; planned as if it were pinned (after "
+                "the models it names): a group serves only pinned models",
+                file=sys.stderr,
+            )
+            settings = settings.with_overrides(pinned_models=(*settings.pinned_models, served.id))
         options = resolve_load_options(served, settings)
     except InvalidConfig as exc:
         for problem in exc.problems:
@@ -100,7 +137,18 @@ def run(args: argparse.Namespace) -> int:
                 f"`sie-worker fetch {args.file}` fetches it now",
                 file=sys.stderr,
             )
-    devices = settings.devices[: options.width]
+    group = None
+    if args.rank is not None:
+        if not options.grouped:
+            print(
+                f"sie-worker plan: --rank: {served.id} (width {options.width}) fits this "
+                f"worker's {len(settings.devices)} device(s), so one worker serves it, not the "
+                "group; plan it without --rank",
+                file=sys.stderr,
+            )
+            return 2
+        group = group_rank(served.id, options.nccl_port, settings)
+    devices = settings.devices[: options.claim_width]
     adapter = adapter_of(served, settings)
     family = family_of(adapter.engine)
     warnings = list(options.warnings)
@@ -112,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
             f"bundle; this plan is for SIE_BUNDLE={settings.bundle}{release}"
         )
     nccl_port = options.nccl_port
-    if adapter.engine == "sglang" and nccl_port is None:
+    if adapter.engine == "sglang" and nccl_port is None and group is None:
         nccl_port = ports.pick_port(ports.RENDEZVOUS_PORTS)
     port = ports.pick_port(ports.ENGINE_PORTS, {nccl_port} if nccl_port else ())
     memory = device_memory(settings)
@@ -143,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         settings=settings,
         share=share.fraction if share is not None else None,
         kv_cache_gib=share.kv_cache_gib if share is not None else None,
+        group=group,
     )
     for message in warnings:
         print(f"warning: {args.file}: {message}", file=sys.stderr)

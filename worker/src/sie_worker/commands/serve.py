@@ -135,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     )
     settle_heap()
     _Server(config).run()
-    return 0
+    # Non-zero when a group model's engine rank ended (sie_worker.worker.group_role).
+    return int(app.state.manager.group.exit_status)
 
 
 def _served_ids(config: Any) -> list[str]:

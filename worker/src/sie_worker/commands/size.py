@@ -4,8 +4,11 @@ Reads the model config, then the model's config.json (``model_path`` or the Hugg
 cache, as for the head check; ``--model-dir`` points elsewhere) and its safetensors
 headers or index for the weights. Prints weights, KV cache per token and per sequence,
 total need, the minimum GPUs at the usable fraction, the width to declare (valid for the
-head counts, powers of two preferred), the KV budget and concurrency of one replica,
-replicas per node, a chart pool to start from, warnings about the declared width and
+head counts, powers of two preferred), the layout (seed 004: tensor parallel inside a node,
+pipeline stages over PCIe and across nodes, the smallest TP x PP inside a node when no width
+alone holds it; --nodes, --interconnect, --moe or config.json's expert count), the KV budget
+and concurrency of one replica, replicas per node, a chart pool to start from (with
+gpu.nodes and the load options for a split by stages), warnings about the declared width and
 kv_budget_tokens, and the cold start of a new replica by weight source (container start +
 weights / source rate + warm-up; --source, --startup-s, --warmup-s), with the requests that
 pile up meanwhile at --arrival-rate beyond --served-rate; with ``lora_paths``, the adapters'
@@ -26,12 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from sie_worker.commands import _size_report, _size_sharing
+from sie_worker.commands import _size_args, _size_report, _size_sharing
 from sie_worker.config.adapters import NotServedHere, UnknownAdapter
 from sie_worker.config.files.reader import load_config_file
 from sie_worker.config.load.load_options import adapter_of, declared_width
@@ -45,6 +47,7 @@ from sie_worker.sizing.capacity import (
     Gpu,
     add_gpu_arguments,
     gpu_from,
+    hardware_for,
     kv_bytes_per_value,
     warnings_for,
     whole_number,
@@ -54,8 +57,6 @@ from sie_worker.sizing.cold_start import (
     DEFAULT_SOURCES,
     DEFAULT_STARTUP_S,
     DEFAULT_WARMUP_S,
-    WeightSource,
-    parse_source,
 )
 from sie_worker.sizing.gpus import GpuError, known_types
 from sie_worker.sizing.lora_inputs import lora_for
@@ -70,9 +71,6 @@ from sie_worker.sizing.packing import Packing, Tenant, pack
 from sie_worker.sizing.plan import plan, plan_weights_only
 
 __all__ = ["register", "run"]
-
-_PARAMS = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")
-_PARAM_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 
 
 class _SizeError(Exception):
@@ -97,6 +95,12 @@ def register(sub: Any) -> None:
     )
     add_gpu_arguments(parser)
     parser.add_argument(
+        "--moe",
+        action=argparse.BooleanOptionalAction,
+        help="a mixture-of-experts model (--no-moe: a dense one): a split model adds expert "
+        "parallel for its MoE layers (default: an expert count in config.json)",
+    )
+    parser.add_argument(
         "--context",
         type=whole_number,
         metavar="N",
@@ -113,13 +117,13 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--params",
-        type=_params,
+        type=_size_args.params,
         metavar="N",
         help="parameter count, e.g. 70.6B or 7e9 (default: from the safetensors files)",
     )
     parser.add_argument(
         "--bits",
-        type=_bits,
+        type=_size_args.bits,
         metavar="B",
         help="bits per weight, e.g. 16, 8, 4.5 (default: the config.json dtype/quantization)",
     )
@@ -142,7 +146,7 @@ def register(sub: Any) -> None:
     cold.add_argument(
         "--source",
         action="append",
-        type=_source,
+        type=_size_args.source,
         metavar="LABEL=RATE",
         help="a weight source and its read rate, e.g. 'NFS share=800MB/s' or 'hub=1Gb/s' (bits); "
         "repeat for several (default: the seed's hub 1 Gb/s, network volume 1 GB/s, local "
@@ -150,28 +154,28 @@ def register(sub: Any) -> None:
     )
     cold.add_argument(
         "--startup-s",
-        type=_seconds,
+        type=_size_args.seconds,
         default=DEFAULT_STARTUP_S,
         metavar="S",
         help="container and process start, seconds (default: 20)",
     )
     cold.add_argument(
         "--warmup-s",
-        type=_seconds,
+        type=_size_args.seconds,
         default=DEFAULT_WARMUP_S,
         metavar="S",
         help="engine warm-up (CUDA graphs, compilation), seconds (default: 40)",
     )
     cold.add_argument(
         "--arrival-rate",
-        type=_seconds,
+        type=_size_args.seconds,
         metavar="R",
         help="requests per second arriving once traffic steps up: prints the backlog that "
         "piles up during each cold start",
     )
     cold.add_argument(
         "--served-rate",
-        type=_seconds,
+        type=_size_args.seconds,
         default=0.0,
         metavar="R",
         help="requests per second the replicas already ready serve (default: 0, scaling from zero)",
@@ -266,7 +270,7 @@ def _report(args: argparse.Namespace, file: Path) -> _size_report.Report:
             f"name the GPU with --gpu-type (one of: {known_types()}) or --gpu-memory "
             f"(e.g. 80GB), or set {GPU_TYPE_ENV}"
         )
-    hardware = Hardware(gpu.memory_bytes, args.usable, args.gpus_per_node)
+    hardware = hardware_for(gpu, args)
     cold = _size_report.ColdStartInputs(
         tuple(args.source or DEFAULT_SOURCES),
         args.startup_s,
@@ -292,6 +296,7 @@ def _report(args: argparse.Namespace, file: Path) -> _size_report.Report:
     # The engine's adapter buffers take GPU memory beside the weights: the KV cache never
     # gets it.
     model = ModelSize(stats.shape, weights.bytes + (lora.buffer_bytes if lora else 0), kv_bytes)
+    moe = _size_args.moe_of(args.moe, stats.experts)
     return _size_report.Report(
         served=served,
         declared_width=declared_width(served),
@@ -302,12 +307,13 @@ def _report(args: argparse.Namespace, file: Path) -> _size_report.Report:
         gpu=gpu,
         hardware=hardware,
         workload=choice,
-        plan=plan(model, choice.workload, hardware),
+        plan=plan(model, choice.workload, hardware, moe=moe[0]),
         warnings=warnings_for(
             served, stats, weights, hardware, context=choice.workload.context_tokens
         ),
         cold_start=cold,
         lora=lora,
+        moe=moe,
     )
 
 
@@ -328,6 +334,7 @@ def _weights_only(
     bits, bits_source = (args.bits, "--bits") if args.bits else (16.0, "default (16-bit)")
     weights = Weights(args.params * bits / 8, "parameters x bits / 8", args.params, "--params",
                       bits, bits_source)  # fmt: skip
+    moe = _size_args.moe_of(args.moe, None, config_json=False)
     return _size_report.Report(
         served=served,
         declared_width=declared_width(served),
@@ -338,9 +345,10 @@ def _weights_only(
         gpu=gpu,
         hardware=hardware,
         workload=None,
-        plan=plan_weights_only(weights.bytes, hardware),
+        plan=plan_weights_only(weights.bytes, hardware, moe=moe[0]),
         warnings=[],
         cold_start=cold,
+        moe=moe,
     )
 
 
@@ -351,40 +359,3 @@ def _config_json(served: ServedModel, model_dir: Path | None) -> Path | None:
     if not path.is_file():
         raise _SizeError(f"--model-dir {model_dir}: no config.json there")
     return path
-
-
-def _params(text: str) -> float:
-    match = _PARAMS.match(text)
-    value = float(match.group(1)) * _PARAM_UNITS[match.group(2).lower()] if match else 0.0
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: a parameter count such as 70.6B, 405B, 500M or 8e9"
-        )
-    return value
-
-
-def _bits(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 32:
-        raise argparse.ArgumentTypeError(f"{text!r}: bits per weight above 0, at most 32, e.g. 16")
-    return value
-
-
-def _source(text: str) -> WeightSource:
-    try:
-        return parse_source(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: a number of at least 0, e.g. 20")
-    return value

@@ -7,6 +7,9 @@ here (and in each engine's option table and argv builder, which this names):
   the ``SIE_SGLANG_COMMAND`` prefix; ranks ``sglang::*``;
 - ``vllm`` (bundle ``vllm``): ``python -m vllm.entrypoints.openai.api_server`` or the
   ``SIE_VLLM_COMMAND`` prefix; ranks ``VLLM::*`` (its engine core and one worker per rank);
+  a headless rank of a group of nodes runs ``python -m vllm.entrypoints.cli.main serve``
+  (``vllm serve``; in a ``SIE_VLLM_COMMAND`` prefix ending in ``-m <module>`` that module is
+  swapped for it);
 - ``transformers`` (bundle ``default``): ``python -m sie_worker.engines.transformers``, one
   process.
 
@@ -33,9 +36,21 @@ __all__ = [
     "FAMILIES",
     "IMAGE_BUNDLES",
     "EngineFamily",
+    "LoadSeries",
     "bundle_engine",
     "family_of",
 ]
+
+
+@dataclass(frozen=True)
+class LoadSeries:
+    """The engine's own series of its queue, its running batch and its KV cache use (a
+    share, 0..1), which the worker reads for sie_worker_requests_waiting / _running /
+    sie_worker_kv_cache_usage_ratio (:mod:`sie_worker.model_server_series`)."""
+
+    waiting: str
+    running: str
+    kv_usage: str
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,11 @@ class EngineFamily:
     lora_as_model: bool  # a request names its LoRA adapter as `model` (else `lora_path`)
     rank_processes: re.Pattern[str] | None  # titles of the processes watched as its ranks
     health_path: str = "/health"
+    # How a rank >= 1 of a group of nodes runs when it serves no HTTP (vLLM's --headless,
+    # which only `vllm serve` honours: its API server module starts an engine that fails
+    # on a follower node); None: the engine's own command, as rank 0's.
+    headless_command: tuple[str, ...] | None = None
+    load_series: LoadSeries | None = None  # None: it exports none (the worker counts)
 
 
 FAMILIES: Mapping[EngineKind, EngineFamily] = MappingProxyType(
@@ -63,6 +83,11 @@ FAMILIES: Mapping[EngineKind, EngineFamily] = MappingProxyType(
             lora_as_model=False,
             # SGLang titles its scheduler and detokenizer processes "sglang::scheduler_TP0"...
             rank_processes=re.compile(r"^sglang::"),
+            load_series=LoadSeries(
+                waiting="sglang:num_queue_reqs",
+                running="sglang:num_running_reqs",
+                kv_usage="sglang:token_usage",
+            ),
         ),
         "vllm": EngineFamily(
             kind="vllm",
@@ -74,6 +99,14 @@ FAMILIES: Mapping[EngineKind, EngineFamily] = MappingProxyType(
             lora_as_model=True,
             # "VLLM::EngineCore", "VLLM::Worker_TP0" ... (setproctitle)
             rank_processes=re.compile(r"^VLLM::"),
+            headless_command=("vllm.entrypoints.cli.main", "serve"),
+            # kv_cache_usage_perc is a share despite its name ("1 means 100 percent usage",
+            # vLLM 0.32's v1/metrics/loggers.py)
+            load_series=LoadSeries(
+                waiting="vllm:num_requests_waiting",
+                running="vllm:num_requests_running",
+                kv_usage="vllm:kv_cache_usage_perc",
+            ),
         ),
         "transformers": EngineFamily(
             kind="transformers",

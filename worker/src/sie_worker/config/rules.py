@@ -9,8 +9,9 @@ them); one spelling per setting (:mod:`sie_worker.config.files.normalize`); ``po
 profile that declares none itself and does not enable speculation; ``prewarm_grammars``
 values fit their kind.
 
-Every profile: ``tensor_parallel_size`` is an integer 1..8; ``extra_launch_args`` and
-``extra_env``, at profile level or under loadtime, pass :mod:`sie_worker.config.flags.launch_rules`;
+Every profile: ``tensor_parallel_size`` and ``pipeline_parallel_size`` are integers 1..8;
+``extra_launch_args`` and ``extra_env``, at profile level or under loadtime, pass
+:mod:`sie_worker.config.flags.launch_rules`;
 ``lora_paths`` and ``max_loras_per_batch`` pass :mod:`sie_worker.config.lora`;
 the runtime options the worker applies are valid (:mod:`sie_worker.config.runtime`);
 ``extends`` names an existing profile without cycles; ``adapter_path`` is an adapter SIE
@@ -39,7 +40,7 @@ from sie_worker.config.flags.launch_rules import (
 from sie_worker.config.lora import lora_problems
 from sie_worker.config.model import DEFAULT_PROFILE, JsonPath
 from sie_worker.config.runtime import runtime_problems
-from sie_worker.config.widths import width_problem
+from sie_worker.config.widths import stages_problem, width_problem
 from sie_worker.errors import Problem
 
 __all__ = ["MAX_ARG_BYTES", "VISIBILITY_VARIABLES", "rule_problems"]
@@ -147,10 +148,13 @@ def _profile_problems(
     loadtime = options.get("loadtime") if isinstance(options, dict) else None
     runtime = options.get("runtime") if isinstance(options, dict) else None
     if isinstance(loadtime, dict):
-        if "tensor_parallel_size" in loadtime:
-            message = width_problem(loadtime["tensor_parallel_size"])
+        for key, rule in (
+            ("tensor_parallel_size", width_problem),
+            ("pipeline_parallel_size", stages_problem),
+        ):
+            message = rule(loadtime[key]) if key in loadtime else None
             if message is not None:
-                path = [*base, "adapter_options", "loadtime", "tensor_parallel_size"]
+                path = [*base, "adapter_options", "loadtime", key]
                 problems.append(Problem(json_path(path), message))
         lt = (*base, "adapter_options", "loadtime")
         for sub, message in lora_problems(loadtime, tuple(names)):

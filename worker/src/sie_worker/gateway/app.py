@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import httpx
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 
 from sie_worker.gateway.catalogue import Catalogue
 from sie_worker.gateway.choice import SESSION_FIELDS
@@ -19,11 +18,7 @@ from sie_worker.gateway.pools import PoolSpec
 from sie_worker.gateway.routes import ROUTES
 from sie_worker.gateway.service import Gateway
 from sie_worker.gateway.settings import GatewaySettings
-from sie_worker.http.auth import BearerAuth
-from sie_worker.http.errors import EXCEPTION_HANDLERS
-from sie_worker.http.request_id import RequestId
-from sie_worker.http.request_limits import RequestLimits
-from sie_worker.http.wire import WiredStarlette
+from sie_worker.http.app_shell import app_shell
 
 __all__ = ["SESSION_FIELDS", "Gateway", "create_gateway_app"]
 
@@ -39,16 +34,6 @@ def create_gateway_app(
     """The gateway app. Pools come from ``settings.pools_file`` unless ``specs`` is given;
     ``client`` (polls and fan-outs) and ``kube`` (EndpointSlice discovery) are injectable."""
     gateway = Gateway(settings, specs, catalogue, client, kube)
-    app = WiredStarlette(
-        routes=ROUTES,
-        middleware=[
-            Middleware(RequestId),
-            Middleware(RequestLimits, max_bytes=settings.max_body_bytes),
-            Middleware(BearerAuth, api_key=settings.api_key),
-        ],
-        exception_handlers=dict(EXCEPTION_HANDLERS),
-        lifespan=gateway.lifespan,
-    )
-    app.router.redirect_slashes = False  # clients (sie-sdk) treat any redirect as an error
+    app = app_shell(ROUTES, settings, gateway.lifespan)
     app.state.gateway = gateway
     return app

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sie_worker.backends.prefix import prompt_blocks
 from sie_worker.config.widths import width_fits
 from sie_worker.errors import NoPool, UnknownModel, UnknownPool
 from sie_worker.gateway.catalogue import Catalogue
@@ -59,7 +60,8 @@ def selection(
         pool=headers.get("x-sie-pool"),
         profile=headers.get("x-sie-machine-profile"),
     )
-    return Selection(model, width, tuple(groups), session_key(headers, payload))
+    blocks = prompt_blocks(fleet.settings.prefix, model, payload)
+    return Selection(model, width, tuple(groups), session_key(headers, payload), blocks)
 
 
 def model_width(catalogue: Catalogue, fleet: Fleet, model: str) -> int:
@@ -87,12 +89,15 @@ def session_key(headers: Mapping[str, str], payload: Mapping[str, Any] | None) -
 
 @dataclass(frozen=True)
 class Selection:
-    """A request's model, the pool x bundles that may serve it (in order), its session."""
+    """A request's model, the pool x bundles that may serve it (in order), its session
+    key and its prompt's prefix blocks."""
 
     model: str
     width: int
     groups: tuple[PoolKey, ...]
     session: str | None = None
+    # The prompt's prefix block hashes (sie_worker.backends.prefix); empty: none, or off.
+    prefix: tuple[int, ...] = ()
 
 
 def _describe_pools(specs: Sequence[PoolSpec]) -> str:

@@ -23,6 +23,11 @@ group's in-flight + 1) / candidates)``. The least loaded candidate always fits.
    over the bound or gone, and only a share ``1/n`` of sessions moves when a pod joins.
    The reason is ``affinity``, or ``affinity_spill`` when a pod of that tier or a better
    one came first in the key's order but was over the bound.
+4. Before 2, without a session key: ``prefix``, the pod (of any group) holding the longest
+   prefix of the request's prompt (``prefix``: asks the gateway's prefix index for the best
+   of the pods it may use, by ``(group key, pod name)``; ties: the one sent it most
+   recently) among those that fit and have the model ready or loading (its cache lives
+   with the model).
 
 None of it depends on the order of the input; ties go to the lowest name.
 """
@@ -30,11 +35,12 @@ None of it depends on the order of the input; ties go to the lowest name.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from sie_worker.backends.bound import BALANCE_FACTOR, load_cap
+from sie_worker.backends.prefix import PrefixPick
 from sie_worker.config.widths import width_fits
 
 __all__ = [
@@ -52,7 +58,9 @@ __all__ = [
     "tier_of",
 ]
 
-Reason = Literal["ready", "loading", "free_slot", "least_outstanding", "affinity", "affinity_spill"]
+Reason = Literal[
+    "ready", "loading", "free_slot", "least_outstanding", "affinity", "affinity_spill", "prefix"
+]
 REASONS: tuple[Reason, ...] = (
     "ready",
     "loading",
@@ -60,9 +68,9 @@ REASONS: tuple[Reason, ...] = (
     "least_outstanding",
     "affinity",
     "affinity_spill",
+    "prefix",
 )
 _TIERS: tuple[Reason, ...] = ("ready", "loading", "free_slot", "least_outstanding")
-BALANCE_FACTOR = 1.25
 
 
 class PodLike(Protocol):
@@ -123,11 +131,6 @@ def tier_of(pod: PodLike, model: str, width: int) -> int:
     return 3
 
 
-def load_cap(total: int, candidates: int, factor: float = BALANCE_FACTOR) -> int:
-    """The in-flight count a pod may reach when the group holds ``total`` (before this one)."""
-    return max(1, math.ceil(factor * (total + 1) / candidates))
-
-
 def fits(pod: PodLike, cap: int, slot_target: int) -> bool:
     return pod.outstanding < pod.slots * slot_target or pod.outstanding + 1 <= cap
 
@@ -146,9 +149,11 @@ def choose(
     exclude: Collection[str] = (),
     slot_target: int = 4,
     factor: float = BALANCE_FACTOR,
+    prefix: PrefixPick | None = None,
 ) -> Decision | None:
     """The pod for one request, or None when no group has a candidate (hold the request)."""
     # One pass per group: each candidate's tier is computed once (this runs per request).
+    cached: set[tuple[Hashable, str]] = set()  # where the prefix rule may send it
     best_rank: tuple[int, float, int] | None = None
     best: tuple[GroupView, list[tuple[PodLike, int, bool]]] | None = None
     for group in groups:
@@ -186,11 +191,18 @@ def choose(
             rated.append((p, t, fit))
             if fit and t < tier:
                 tier = t
+            if prefix is not None and fit and t <= 1:
+                cached.add((group.key, p.name))
         rank = (tier, total / slots, group.order)
         if best_rank is None or rank < best_rank:
             best_rank, best = rank, (group, rated)
     if best is None or best_rank is None:
         return None
+    if prefix is not None and cached and session is None:
+        found = prefix(cached)
+        if found is not None:
+            assert isinstance(found, tuple)
+            return Decision(found[0], found[1], "prefix")
     group, rated = best
     tier = best_rank[0]
     if session is None:

@@ -194,7 +194,7 @@ async def configs(request: Request) -> Response:
     async def route(exclude: frozenset[Hashable]) -> Dispatch:
         if pod.name in exclude:
             raise EngineUnavailable(f"pod {pod.name} ({pod.url}) is not answering")
-        return PodDispatch(
+        return PodDispatch.of(
             gateway.fleet, pod, Decision(pod.key, pod.name, "least_outstanding"), None
         )
 
@@ -233,7 +233,7 @@ def _route(
     async def route(exclude: frozenset[Hashable]) -> Dispatch:
         pod, decision = await gateway.holder.pick(chosen, exclude)
         picked.append(pod.key)
-        return PodDispatch(gateway.fleet, pod, decision, model)
+        return PodDispatch.of(gateway.fleet, pod, decision, model)
 
     def done(seconds: float) -> None:
         key = picked[-1] if picked else chosen.groups[0]

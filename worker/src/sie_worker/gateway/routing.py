@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from sie_worker.backends.hop import BackendDispatch
 from sie_worker.errors import Provisioning, QueueFull
 from sie_worker.gateway.choice import Selection
 from sie_worker.gateway.metrics import HeldRequest
@@ -54,6 +55,11 @@ class Holder:
         outcome = "client_gone"
         try:
             while True:
+                hits = (
+                    fleet.prefixes.hits(selection.prefix)
+                    if selection.prefix and selection.session is None
+                    else None
+                )
                 decision = choose(
                     selection.model,
                     selection.width,
@@ -61,10 +67,13 @@ class Holder:
                     session=selection.session,
                     exclude=names,
                     slot_target=self.slot_target,
+                    prefix=hits.best if hits else None,
                 )
                 if decision is not None:
                     outcome = "served"
                     assert isinstance(decision.group, PoolKey)
+                    # The pod chosen holds this prompt's blocks now (for the next turn).
+                    fleet.prefixes.record(selection.prefix, (decision.group, decision.pod))
                     return fleet.groups[decision.group].pods[decision.pod], decision
                 target = held.key if held else selection.groups[0]
                 if self.draining:
@@ -117,7 +126,7 @@ class Holder:
 
 
 @dataclass
-class PodDispatch:
+class PodDispatch(BackendDispatch):
     """One try on one pod (the :class:`sie_worker.http.relay.Dispatch` of the gateway)."""
 
     fleet: Fleet
@@ -139,28 +148,13 @@ class PodDispatch:
         metrics.decisions_of(key.pool, key.bundle, self.decision.reason).inc()
         self.fleet.dispatched(self.pod, self.model, self.decision.reason)
 
-    @property
-    def key(self) -> Hashable:
-        return self.pod.name
-
-    @property
-    def name(self) -> str:
-        return f"pod {self.pod.name}"
-
-    @property
-    def url(self) -> str:
-        return self.pod.url
-
-    @property
-    def aborts(self) -> set[Callable[[], None]]:
-        return self.pod.aborts
+    @classmethod
+    def of(cls, fleet: Fleet, pod: PodState, decision: Decision, model: str | None) -> PodDispatch:
+        return cls(pod, pod.name, f"pod {pod.name}", fleet, pod, decision, model)
 
     @property
     def error_headers(self) -> Sequence[tuple[str, str]]:
         return [(k.decode(), v.decode()) for k, v in self.response_headers[:3]]
-
-    def connected(self) -> None:
-        return
 
     def refused(self, reason: str) -> None:
         self.fleet.mark_down(self.pod, reason)

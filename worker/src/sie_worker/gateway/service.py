@@ -19,6 +19,7 @@ import anyio
 import httpx
 from starlette.applications import Starlette
 
+from sie_worker.backends.hop import OwnCalls
 from sie_worker.gateway.catalogue import Catalogue
 from sie_worker.gateway.discovery import KubeDiscovery, LocalDiscovery, cluster_namespace
 from sie_worker.gateway.metrics import GatewayMetrics
@@ -26,7 +27,6 @@ from sie_worker.gateway.pools import PoolSpec, read_pools_file
 from sie_worker.gateway.routing import Holder
 from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.gateway.state import Fleet
-from sie_worker.http.connections import Connections
 from sie_worker.http.relay import RelayLimits
 from sie_worker.http.transport import hop_client
 
@@ -57,17 +57,16 @@ class Gateway:
         self.fleet = Fleet(settings, self.specs, self.gauges)
         self.holder = Holder(self.fleet, slot_target=settings.slot_target)
         self.limits = RelayLimits(settings.connect_timeout_s, settings.read_timeout_s)
-        self._injected = client
-        self._client = client
+        self.calls = OwnCalls(
+            client, lambda: hop_client(httpx.Timeout(settings.poll_timeout_s)), "gateway"
+        )
         self.kube = kube
         self.local: LocalDiscovery | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            raise RuntimeError("the gateway app was not started (lifespan not run)")
-        return self._client
+        return self.calls.client
 
     def drain(self) -> None:
         """Answer held requests at once (503 provisioning) and report not ready."""
@@ -91,13 +90,12 @@ class Gateway:
             self.local = LocalDiscovery(
                 self.fleet, self.settings.pools_file, self.specs, self.settings.reload_interval_s
             )
-        connections = Connections()  # to the pods' routers, for this run of the app
-        self.limits = replace(self.limits, connections=connections)
-        self._client = self._injected or hop_client(httpx.Timeout(self.settings.poll_timeout_s))
         self.kube = kube
-        try:
+        async with self.calls.running() as (client, connections):
+            # Idle connections to the pods' routers, for this run of the app.
+            self.limits = replace(self.limits, connections=connections)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self.fleet.run_pollers, self._client)
+                tg.start_soon(self.fleet.run_pollers, client)
                 if self.local is not None:
                     tg.start_soon(self.local.run)
                 if kube is not None and kube_client is not None:
@@ -107,7 +105,3 @@ class Gateway:
                 finally:
                     self.holder.drain()
                     tg.cancel_scope.cancel()
-        finally:
-            connections.close()
-            if self._injected is None:
-                await self._client.aclose()

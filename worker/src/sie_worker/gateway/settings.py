@@ -16,6 +16,8 @@
 | ``SIE_GATEWAY_CONNECT_TIMEOUT_S`` / ``_READ_TIMEOUT_S`` | 2 / 3600 | relay timeouts |
 | ``SIE_GATEWAY_RELOAD_INTERVAL_S`` | 1 | how often a local pools file is checked for changes |
 | ``SIE_DRAIN_TIMEOUT_S`` | 30 | how long in-flight requests may finish after SIGTERM |
+| ``SIE_GATEWAY_PREFIX_BLOCK_CHARS`` | 256 | prompt characters per block of the prefix index |
+| ``SIE_GATEWAY_PREFIX_INDEX_BLOCKS`` | 32768 | block hashes the prefix index keeps (0: off) |
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sie_worker.backends.hop_settings import HopSettings, hop_settings_from_env
 from sie_worker.settings import SettingsError, env_int, env_seconds
 
 __all__ = ["DEFAULT_GATEWAY_PORT", "SDK_READ_TIMEOUT_S", "GatewaySettings", "GatewaySettingsError"]
@@ -39,7 +42,10 @@ class GatewaySettingsError(SettingsError):
 
 
 @dataclass(frozen=True)
-class GatewaySettings:
+class GatewaySettings(HopSettings):
+    """The gateway's own settings, and those it shares with the router
+    (:class:`HopSettings`, its variables prefixed ``SIE_GATEWAY_``)."""
+
     pools_file: Path
     max_held: int = 256
     hold_s: float = 60.0
@@ -49,14 +55,6 @@ class GatewaySettings:
     slot_target: int = 4
     namespace: str | None = None
     config_dir: Path | None = None
-    api_key: str | None = None
-    max_body_bytes: int = 8 * 1024 * 1024
-    poll_interval_s: float = 1.0
-    poll_timeout_s: float = 5.0
-    down_after_failures: int = 3
-    connect_timeout_s: float = 2.0
-    read_timeout_s: float = 3600.0
-    drain_timeout_s: float = 30.0
     # How often a local pools file is checked for changed endpoints.
     reload_interval_s: float = 1.0
 
@@ -87,15 +85,8 @@ class GatewaySettings:
                 slot_target=env_int(env, "SIE_GATEWAY_SLOT_TARGET", 4),
                 namespace=env.get("SIE_GATEWAY_NAMESPACE", "").strip() or None,
                 config_dir=Path(config_dir) if config_dir else None,
-                api_key=env.get("SIE_API_KEY") or None,
-                max_body_bytes=env_int(env, "SIE_MAX_BODY_BYTES", 8 * 1024 * 1024),
-                poll_interval_s=_seconds(env, "SIE_GATEWAY_POLL_INTERVAL_S", 1.0),
-                poll_timeout_s=_seconds(env, "SIE_GATEWAY_POLL_TIMEOUT_S", 5.0),
-                down_after_failures=env_int(env, "SIE_GATEWAY_DOWN_AFTER_FAILURES", 3),
-                connect_timeout_s=_seconds(env, "SIE_GATEWAY_CONNECT_TIMEOUT_S", 2.0),
-                read_timeout_s=_seconds(env, "SIE_GATEWAY_READ_TIMEOUT_S", 3600.0),
-                drain_timeout_s=_seconds(env, "SIE_DRAIN_TIMEOUT_S", 30.0),
                 reload_interval_s=_seconds(env, "SIE_GATEWAY_RELOAD_INTERVAL_S", 1.0),
+                **hop_settings_from_env(env, "SIE_GATEWAY_", poll_interval_s=1.0),
             )
         except GatewaySettingsError:
             raise

@@ -5,7 +5,9 @@ each pod's router is then polled in the background (``/v1/models``, ``/v1/device
 ``/readyz``) every ``poll_interval_s``, and at once after the gateway changed it, so
 routing never waits on a round trip. Between polls, what the gateway just dispatched is
 applied optimistically (a model sent to a pod is ``loading`` there, ``ready`` once that pod
-served it); a poll that started later supersedes it. A pod that refuses a connection, or
+served it); a poll that started later supersedes it, unless that request is still in
+flight and the poll does not show its model loading yet (the rules and the poll loop are
+the router's too: :mod:`sie_worker.backends.table`). A pod that refuses a connection, or
 misses ``down_after_failures`` polls in a row, leaves rotation and its in-flight requests
 are aborted; polling goes on, so it comes back when it answers again. A pod that leaves
 its Service (terminating) only stops getting new requests: what it serves finishes.
@@ -15,17 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anyio
 import httpx
 
+from sie_worker.backends.answers import poll_backend
+from sie_worker.backends.prefix import PrefixIndex
+from sie_worker.backends.table import Backend, poll_loop
 from sie_worker.gateway.metrics import GatewayMetrics
-from sie_worker.gateway.pod_poll import PodPoll, poll_pod
+from sie_worker.gateway.pod_poll import PodPoll, pod_poll
 from sie_worker.gateway.policy import GroupView
 from sie_worker.gateway.pools import PoolKey, PoolSpec
 from sie_worker.gateway.settings import GatewaySettings
@@ -36,8 +39,6 @@ __all__ = ["Endpoint", "Fleet", "Group", "PodPoll", "PodState"]
 
 logger = logging.getLogger("sie_worker.gateway")
 
-Abort = Callable[[], None]
-
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -47,36 +48,24 @@ class Endpoint:
     url: str
 
 
-@dataclass
-class PodState:
-    """One pod: the :class:`~sie_worker.gateway.policy.PodLike` the policy reads, and more."""
+@dataclass(eq=False)
+class PodState(Backend):
+    """One pod: the shared backend record (``answering``: its last poll succeeded), and the
+    :class:`~sie_worker.gateway.policy.PodLike` the policy reads."""
 
-    name: str
-    url: str
-    key: PoolKey
-    slots: int
-    answering: bool = False  # its last poll succeeded
-    down: bool = False  # out of rotation (refused, or missed polls), not back yet
-    ready: bool = False
+    name: str = field(default="", kw_only=True)
+    key: PoolKey = field(kw_only=True)
+    slots: int = field(default=1, kw_only=True)
     removed: bool = False  # no longer listed by discovery; finishing what it serves
     # Routable: answering, ready and still listed. A plain attribute (kept by sync()), as
     # the policy reads it for every pod of every decision.
     up: bool = False
-    failures: int = 0
-    last_error: str | None = None
     models: dict[str, str] = field(default_factory=dict)
     widths: dict[str, int] = field(default_factory=dict)
     free_run: int = 0
     # Devices of its widest slot: the pools file's slot_width until a poll counts them.
     slot_width: int = 1
     ready_slots: int = 0
-    polled_at: float = -math.inf
-    # Dispatched since: (monotonic time, model, True once the pod served it).
-    pending: list[tuple[float, str, bool]] = field(default_factory=list)
-    outstanding: int = 0
-    inflight_by_model: Counter[str] = field(default_factory=Counter)
-    aborts: set[Abort] = field(default_factory=set)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
     scope: anyio.CancelScope | None = None  # the poller's, while it runs
 
     @property
@@ -135,6 +124,8 @@ class Fleet:
             tuple[frozenset[str], dict[PoolKey, frozenset[str] | None], dict[str, int]] | None
         ) = None
         self._inflight = Children(metrics.inflight)
+        # Which pod was sent which prompt prefixes, by (pool key, pod name).
+        self.prefixes = PrefixIndex(settings.prefix.index_blocks)
 
     # -- change notification ---------------------------------------------------------------
 
@@ -163,6 +154,7 @@ class Fleet:
                 continue
             if not pod.removed:
                 logger.info("%s: pod %s (%s) left the pool", key, name, pod.url)
+                self.prefixes.forget((key, name))
                 pod.removed = True
                 pod.sync()
                 if pod.scope is not None:
@@ -173,7 +165,11 @@ class Fleet:
             if name in group.pods:
                 continue
             pod = PodState(
-                name, endpoint.url, key, group.spec.slots, slot_width=group.spec.slot_width
+                endpoint.url,
+                name=name,
+                key=key,
+                slots=group.spec.slots,
+                slot_width=group.spec.slot_width,
             )
             group.pods[name] = pod
             logger.info("%s: pod %s (%s) joined the pool", key, name, endpoint.url)
@@ -249,30 +245,23 @@ class Fleet:
         self._listed_cache = None
 
     def dispatched(self, pod: PodState, model: str | None, reason: str) -> None:
-        pod.outstanding += 1
+        loads = model is not None and pod.models.get(model) != "ready"
+        pod.note_dispatch(model, self.clock(), loads=loads)
         self._inflight(pod.key.pool, pod.key.bundle).inc()
-        if model is None:
-            return
-        pod.inflight_by_model[model] += 1
-        if pod.models.get(model) != "ready":
+        if model is not None and loads:
             if model not in pod.models:
                 self._lists_changed()
-            pod.pending.append((self.clock(), model, False))
             pod.apply(model, served=False)
 
     def finished(self, pod: PodState, model: str | None, *, served: bool) -> None:
-        pod.outstanding -= 1
+        marks = served and model is not None and pod.models.get(model) != "ready"
+        pod.note_finish(model, self.clock(), served=marks)
         self._inflight(pod.key.pool, pod.key.bundle).dec()
-        if model is not None:
-            pod.inflight_by_model[model] -= 1
-            if pod.inflight_by_model[model] <= 0:
-                del pod.inflight_by_model[model]
-            if served and pod.models.get(model) != "ready":
-                if model not in pod.models:
-                    self._lists_changed()
-                pod.pending.append((self.clock(), model, True))
-                pod.apply(model, served=True)
-                pod.wake.set()
+        if model is not None and marks:
+            if model not in pod.models:
+                self._lists_changed()
+            pod.apply(model, served=True)
+            pod.wake.set()
         group = self.groups[pod.key]
         if pod.removed and pod.outstanding == 0 and group.pods.get(pod.name) is pod:
             del group.pods[pod.name]
@@ -281,45 +270,34 @@ class Fleet:
 
     def mark_down(self, pod: PodState, reason: str) -> None:
         """Take the pod out of rotation and abort its in-flight requests."""
-        was_up = pod.answering
-        pod.answering = False
-        pod.down = True
-        pod.ready = False
-        pod.sync()
-        pod.last_error = reason
-        pod.pending.clear()
-        self._lists_changed()
-        if was_up:
+        if pod.take_down(reason):
+            self.prefixes.forget((pod.key, pod.name))  # it may come back with an empty cache
             logger.warning(
                 "%s: pod %s (%s) out of rotation: %s", pod.key, pod.name, pod.url, reason
             )
-        for abort in list(pod.aborts):
-            abort()
-        pod.wake.set()
+        pod.sync()
+        self._lists_changed()
         self._publish(self.groups[pod.key])
         self.notify()
 
     # -- polling -------------------------------------------------------------------------
 
     def apply_poll(self, pod: PodState, started_at: float, poll: PodPoll) -> None:
-        if started_at < pod.polled_at or pod.removed:
+        if pod.removed:
             return
+        was_answering = pod.answering
+        if not pod.accept_poll(started_at, poll.models.get):
+            return  # an older poll finished late
         pod.models = dict(poll.models)
         pod.widths = dict(poll.widths)
         pod.free_run = poll.free_run
         pod.slot_width = poll.slot_width or pod.slot_width
         pod.slots = poll.slots or pod.slots
         pod.ready_slots = poll.ready_slots
-        pod.polled_at = started_at
-        pod.pending = [p for p in pod.pending if p[0] > started_at]
         for _, model, served in pod.pending:
             pod.apply(model, served)
-        pod.failures = 0
-        pod.last_error = None
-        if not pod.answering:
+        if not was_answering:
             logger.info("%s: pod %s (%s) answers", pod.key, pod.name, pod.url)
-        pod.answering = True
-        pod.down = False
         pod.ready = poll.ready
         pod.sync()
         self._lists_changed()
@@ -327,28 +305,29 @@ class Fleet:
         self.notify()
 
     def poll_failed(self, pod: PodState, error: PollError) -> None:
-        pod.failures += 1
-        pod.last_error = str(error)
-        if error.refused or pod.failures >= self.settings.down_after_failures:
+        if pod.note_poll_failure(error, self.settings.down_after_failures):
             self.mark_down(pod, str(error))
 
     async def _poll_loop(self, pod: PodState, client: httpx.AsyncClient) -> None:
         headers = (
             {"authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
         )
+
+        async def poll() -> PodPoll:
+            answer = await poll_backend(client, pod.url, headers, self.settings.poll_timeout_s)
+            return pod_poll(answer)
+
         pod.scope = scope = anyio.CancelScope()
         with scope:
-            while not pod.removed:
-                pod.wake.clear()
-                started = self.clock()
-                try:
-                    poll = await poll_pod(client, pod.url, headers, self.settings.poll_timeout_s)
-                except PollError as exc:
-                    self.poll_failed(pod, exc)
-                else:
-                    self.apply_poll(pod, started, poll)
-                with anyio.move_on_after(self.settings.poll_interval_s):
-                    await pod.wake.wait()
+            await poll_loop(
+                pod,
+                poll,
+                lambda started, answer: self.apply_poll(pod, started, answer),
+                lambda error: self.poll_failed(pod, error),
+                interval_s=self.settings.poll_interval_s,
+                clock=self.clock,
+                until=lambda: pod.removed,
+            )
 
     def _publish(self, group: Group) -> None:
         labels = {"pool": group.spec.pool, "bundle": group.spec.bundle}

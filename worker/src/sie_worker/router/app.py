@@ -22,32 +22,30 @@ import anyio
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sie_worker.backends.hop import OwnCalls
+from sie_worker.backends.prefix import prompt_blocks
 from sie_worker.config.lora_choice import split_model
 from sie_worker.errors import (
     EngineUnavailable,
     NotFound,
     UnknownModel,
 )
-from sie_worker.http.auth import BearerAuth
-from sie_worker.http.connections import Connections
-from sie_worker.http.errors import EXCEPTION_HANDLERS
+from sie_worker.http.app_shell import app_shell
 from sie_worker.http.fan_out import Target, ask_all, fan_out
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import Upstream
-from sie_worker.http.request_id import RequestId
-from sie_worker.http.request_limits import RequestLimits
+from sie_worker.http.request import json_object, model_in
 from sie_worker.http.transport import hop_client
-from sie_worker.http.wire import WiredStarlette
 from sie_worker.router.merge import merge_devices, merge_models
 from sie_worker.router.metrics import RouterMetrics
+from sie_worker.router.model_server_metrics import pod_series
 from sie_worker.router.policy import Decision
 from sie_worker.router.relay import SlotRelayResponse
-from sie_worker.router.request import SLOT_HEADER, model_of, named_slot, request_target
+from sie_worker.router.request import SLOT_HEADER, named_slot, request_target
 from sie_worker.router.settings import RouterSettings
 from sie_worker.router.state import RoutingPolicy, SlotTable
 from sie_worker.sie_api.ids import resolve_model_id
@@ -89,17 +87,7 @@ def create_router_app(
         Route("/v1/configs/{rest:path}", router.configs, methods=["GET", "PUT", "DELETE"]),
         Route("/v1/{rest:path}", router.passthrough, methods=["GET", "POST", "PUT", "DELETE"]),
     ]
-    app = WiredStarlette(
-        routes=routes,
-        middleware=[
-            Middleware(RequestId),
-            Middleware(RequestLimits, max_bytes=settings.max_body_bytes),
-            Middleware(BearerAuth, api_key=settings.api_key),
-        ],
-        exception_handlers=dict(EXCEPTION_HANDLERS),
-        lifespan=router.lifespan,
-    )
-    app.router.redirect_slashes = False  # why: clients such as sie-sdk follow no redirect
+    app = app_shell(routes, settings, router.lifespan)
     app.state.table = router.table
     return app
 
@@ -113,31 +101,23 @@ class _Router:
     ) -> None:
         self.settings = settings
         self.table = SlotTable(settings, RouterMetrics(settings.slot_count), policy=policy)
-        self._injected = client
-        self._client: httpx.AsyncClient | None = client
+        self.calls = OwnCalls(client, partial(build_client, settings), "router")
 
     @property
     def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            raise RuntimeError("the router app was not started (lifespan not run)")
-        return self._client
+        return self.calls.client
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self._client = self._injected or build_client(self.settings)
-        self.table.connections = connections = Connections()
-        try:
+        async with self.calls.running() as (client, connections):
+            self.table.connections = connections
             async with anyio.create_task_group() as tg:
                 for slot in range(self.settings.slot_count):
-                    tg.start_soon(self.table.run_poller, slot, self._client)
+                    tg.start_soon(self.table.run_poller, slot, client)
                 try:
                     yield
                 finally:
                     tg.cancel_scope.cancel()
-        finally:
-            connections.close()
-            if self._injected is None:
-                await self._client.aclose()
 
     # -- probes and metrics --------------------------------------------------------------
 
@@ -153,6 +133,7 @@ class _Router:
 
     async def metrics(self, request: Request) -> Response:
         data = generate_latest(self.table.metrics.registry)
+        data += await pod_series(self.client, self.table.slots, request.headers)
         return Response(data, headers={"content-type": CONTENT_TYPE_LATEST})
 
     # -- merged views --------------------------------------------------------------------
@@ -210,7 +191,9 @@ class _Router:
 
     async def openai(self, request: Request) -> Response:
         upstream = await self._upstream(request, model=None)
-        model = model_of(upstream.body)
+        payload = json_object(upstream.body)
+        model = model_in(payload)
+        prefix = prompt_blocks(self.settings.prefix, model, payload)
         named = named_slot(request, self.settings.slot_count)
         if named is None:
             await self._first_poll()
@@ -222,7 +205,7 @@ class _Router:
         )
         if named is not None:
             return self._relay(upstream, self._to_named(named))
-        return self._relay(upstream, self._by_policy(model))
+        return self._relay(upstream, self._by_policy(model, prefix))
 
     async def sie(self, request: Request) -> Response:
         """An SIE request: routed like an OpenAI one, by the model its path names."""
@@ -266,19 +249,21 @@ class _Router:
     def _relay(self, upstream: Upstream, route: _Pick) -> Response:
         return SlotRelayResponse(self.table, upstream, route)
 
-    def _by_policy(self, model: str) -> _Pick:
+    def _by_policy(self, model: str, prefix: tuple[int, ...] = ()) -> _Pick:
         async def route(exclude: frozenset[int]) -> Decision:
             deadline = time.monotonic() + self.settings.queue_timeout_s
             queued = False
             try:
                 while True:
-                    decision = self.table.decide(model, exclude=exclude)
+                    decision = self.table.decide(model, exclude=exclude, prefix=prefix)
                     if decision is None:
                         raise self._no_slot()
                     if decision.reason != "wait":
+                        self.table.sent(decision.slot, prefix)
                         return decision
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
+                        self.table.sent(decision.slot, prefix)
                         return Decision(decision.slot, "least_outstanding")
                     if not queued:
                         self.table.metrics.queued.inc()

@@ -14,6 +14,11 @@ For a request naming ``model`` the router picks, among slots that answer:
 6. ``least_outstanding``: otherwise the least busy slot, whose worker gives the answer
    (for example ``placement_failed`` when only pinned models hold its devices).
 
+Before all of these, :func:`choose_by_prefix` (``prefix``): the slot holding the longest
+prefix of the request's prompt, as the router's prefix index found it (ties: the one sent it
+most recently), as long as the model is ready or loading there and one more request keeps
+the slot within the load bound (:mod:`sie_worker.backends.bound`).
+
 Ties go to the lowest slot index, so a decision never depends on the order of the input.
 :func:`record_dispatch` applies a decision to a snapshot optimistically, so a burst of
 requests for one model follows the first one to the same slot and loads it once.
@@ -25,6 +30,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from sie_worker.backends.bound import load_cap
+from sie_worker.backends.prefix import PrefixPick
 from sie_worker.model_states import ModelState
 
 __all__ = [
@@ -33,6 +40,7 @@ __all__ = [
     "ModelView",
     "Reason",
     "SlotView",
+    "choose_by_prefix",
     "choose_slot",
     "free_run",
     "record_dispatch",
@@ -40,7 +48,14 @@ __all__ = [
 ]
 
 Reason = Literal[
-    "ready", "loading", "free_device", "evict_lru", "wait", "least_outstanding", "named_slot"
+    "ready",
+    "loading",
+    "free_device",
+    "evict_lru",
+    "wait",
+    "least_outstanding",
+    "named_slot",
+    "prefix",
 ]
 # Reasons a request is finally sent for (``wait`` is never a final decision).
 REASONS: tuple[Reason, ...] = (
@@ -50,6 +65,7 @@ REASONS: tuple[Reason, ...] = (
     "evict_lru",
     "least_outstanding",
     "named_slot",
+    "prefix",
 )
 
 
@@ -62,6 +78,7 @@ class ModelView:
     pinned: bool = False
     last_used: float | None = None  # unix seconds; None when the worker does not say
     inflight: int = 0  # requests on this model now (worker's or router's count, the larger)
+    memory_bytes: int | None = None  # what it reserves on each device, as the worker says
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,9 @@ class SlotView:
     outstanding: int = 0  # requests the router has sent to this slot and not yet finished
     devices: tuple[tuple[str, str | None], ...] = ()  # (device, model holding it or None)
     models: Mapping[str, ModelView] = field(default_factory=dict)
+    # Memory each device has left, in ``devices`` order, as the worker reports it (its budget
+    # less what its models reserve); None, or no entry: not known (a device takes one model).
+    room: tuple[int | None, ...] = ()
 
     def state_of(self, model: str) -> ModelState:
         view = self.models.get(model)
@@ -96,7 +116,7 @@ def choose_slot(
         holding = [s for s in candidates if s.state_of(model) == state]
         if holding:
             return Decision(_least_outstanding(holding), state)
-    fits = [s for s in candidates if free_run(s.devices) >= _width(model, s)]
+    fits = [s for s in candidates if _fits_now(model, s)]
     if fits:
         return Decision(_least_outstanding(fits), "free_device")
     evictable = [(key, s) for s in candidates if (key := _slot_idle_key(s)) is not None]
@@ -107,6 +127,25 @@ def choose_slot(
     if any(v.state == "loading" for s in candidates for v in s.models.values()):
         return Decision(fallback, "wait")
     return Decision(fallback, "least_outstanding")
+
+
+def choose_by_prefix(
+    model: str, slots: Sequence[SlotView], pick: PrefixPick, *, exclude: Collection[int] = ()
+) -> Decision | None:
+    """The slot holding the longest cached prefix (``pick``: asks the prefix index for the
+    best of the slots it may use, by index) among those within the load bound with ``model``
+    ready or loading (its cache went with the model otherwise); None: the usual order."""
+    candidates = [s for s in slots if s.up and s.index not in exclude]
+    if not candidates:
+        return None
+    cap = load_cap(sum(s.outstanding for s in candidates), len(candidates))
+    eligible = {
+        s.index
+        for s in candidates
+        if s.outstanding + 1 <= cap and s.state_of(model) in ("ready", "loading")
+    }
+    found = pick(eligible) if eligible else None
+    return Decision(found, "prefix") if isinstance(found, int) else None
 
 
 def record_dispatch(slot: SlotView, model: str) -> SlotView:
@@ -120,6 +159,15 @@ def record_dispatch(slot: SlotView, model: str) -> SlotView:
     view = slot.models.get(model)
     if view is None or view.state in ("ready", "loading"):
         return slot
+    shared = _shared_device(view, slot)
+    if shared is not None:
+        # Beside what is there (the worker shares a device among width-1 models whose
+        # memory fits): nothing is evicted, the device has that much less left.
+        room = list(slot.room)
+        room[shared] = (room[shared] or 0) - (view.memory_bytes or 0)
+        return replace(
+            slot, room=tuple(room), models={**slot.models, model: replace(view, state="loading")}
+        )
     models = dict(slot.models)
     devices = list(slot.devices)
     victims = sorted(
@@ -174,6 +222,25 @@ def _least_outstanding(slots: Iterable[SlotView]) -> int:
 def _width(model: str, slot: SlotView) -> int:
     view = slot.models.get(model)
     return view.width if view is not None else 1
+
+
+def _fits_now(model: str, slot: SlotView) -> bool:
+    """A run of free devices as wide as the model, or, for a width-1 model whose memory the
+    worker reports, a device with that much memory left (the worker's sharing rule)."""
+    if free_run(slot.devices) >= _width(model, slot):
+        return True
+    view = slot.models.get(model)
+    return view is not None and _shared_device(view, slot) is not None
+
+
+def _shared_device(view: ModelView, slot: SlotView) -> int | None:
+    """The first device a width-1 model fits on beside what is there (by reported memory)."""
+    if view.width != 1 or view.memory_bytes is None:
+        return None
+    for i, room in enumerate(slot.room):
+        if room is not None and room >= view.memory_bytes:
+            return i
+    return None
 
 
 def _evictable(view: ModelView) -> bool:

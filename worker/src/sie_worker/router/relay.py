@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sie_worker.backends.hop import BackendDispatch
 from sie_worker.http import relay as _relay
 from sie_worker.http.relay import RelayLimits, Upstream
 from sie_worker.http.upstream import open_stream
@@ -36,7 +37,7 @@ _HIGH_WATER = 1024 * 1024
 
 
 @dataclass
-class _SlotDispatch:
+class _SlotDispatch(BackendDispatch):
     """One try on one slot, accounted in the slot table (see :class:`_relay.Dispatch`)."""
 
     table: SlotTable
@@ -44,22 +45,6 @@ class _SlotDispatch:
     model: str | None
     queued: bool  # counted in sie_router_queued_requests until connected
     response_headers: Sequence[tuple[bytes, bytes]] = field(default_factory=list)
-
-    @property
-    def key(self) -> Hashable:
-        return self.decision.slot
-
-    @property
-    def name(self) -> str:
-        return f"slot {self.decision.slot}"
-
-    @property
-    def url(self) -> str:
-        return self.table.slots[self.decision.slot].url
-
-    @property
-    def aborts(self) -> set[Callable[[], None]]:
-        return self.table.slots[self.decision.slot].aborts
 
     @property
     def error_headers(self) -> Sequence[tuple[str, str]]:
@@ -110,7 +95,11 @@ class SlotRelayResponse(_relay.RelayResponse):
                 (b"x-sie-slot", str(decision.slot).encode()),
                 (b"x-sie-route-reason", decision.reason.encode()),
             ]
-            return _SlotDispatch(table, decision, upstream.model, queued, headers)
+            slot = decision.slot
+            state = table.slots[slot]
+            return _SlotDispatch(
+                state, slot, f"slot {slot}", table, decision, upstream.model, queued, headers
+            )
 
         super().__init__(
             upstream,

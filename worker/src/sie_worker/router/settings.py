@@ -12,8 +12,9 @@ Slots and worker ports:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sie_worker.backends.hop_settings import HopSettings, hop_settings_from_env
 from sie_worker.settings import SettingsError, env_int, env_seconds
 
 __all__ = ["DEFAULT_BASE_PORT", "DEFAULT_ROUTER_PORT", "RouterSettings", "RouterSettingsError"]
@@ -28,21 +29,13 @@ class RouterSettingsError(SettingsError):
 
 
 @dataclass(frozen=True)
-class RouterSettings:
+class RouterSettings(HopSettings):
+    """The router's own settings, and those it shares with the gateway (:class:`HopSettings`,
+    its variables prefixed ``SIE_ROUTER_``)."""
+
     worker_ports: tuple[int, ...] = (DEFAULT_BASE_PORT,)
     worker_host: str = "127.0.0.1"
-    api_key: str | None = None
-    max_body_bytes: int = 8 * 1024 * 1024
-    poll_interval_s: float = 0.5
-    # A busy worker still answers a poll within seconds; only a hung one misses three in a
-    # row, and only then are its in-flight requests aborted.
-    poll_timeout_s: float = 5.0
-    down_after_failures: int = 3
-    connect_timeout_s: float = 2.0
-    # A backstop only: workers cap their own loads and reads, and a slot that stops
-    # answering polls fails its requests long before this.
-    read_timeout_s: float = 3600.0
-    drain_timeout_s: float = 30.0
+    poll_interval_s: float = field(default=0.5, kw_only=True)
     # How long a request may wait in the router for a slot to become usable (every slot
     # busy loading); then it goes to the least busy slot.
     queue_timeout_s: float = 900.0
@@ -57,18 +50,15 @@ class RouterSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> RouterSettings:
         """Read every variable the router uses; raise :class:`RouterSettingsError` naming it."""
+        try:
+            shared = hop_settings_from_env(env, "SIE_ROUTER_", poll_interval_s=0.5)
+        except SettingsError as exc:
+            raise RouterSettingsError(str(exc)) from None
         return cls(
             worker_ports=_worker_ports(env),
             worker_host=env.get("SIE_WORKER_HOST", "").strip() or "127.0.0.1",
-            api_key=env.get("SIE_API_KEY") or None,
-            max_body_bytes=_positive_int(env, "SIE_MAX_BODY_BYTES", 8 * 1024 * 1024),
-            poll_interval_s=_seconds(env, "SIE_ROUTER_POLL_INTERVAL_S", 0.5),
-            poll_timeout_s=_seconds(env, "SIE_ROUTER_POLL_TIMEOUT_S", 5.0),
-            down_after_failures=_positive_int(env, "SIE_ROUTER_DOWN_AFTER_FAILURES", 3),
-            connect_timeout_s=_seconds(env, "SIE_ROUTER_CONNECT_TIMEOUT_S", 2.0),
-            read_timeout_s=_seconds(env, "SIE_ROUTER_READ_TIMEOUT_S", 3600.0),
-            drain_timeout_s=_seconds(env, "SIE_DRAIN_TIMEOUT_S", 30.0),
             queue_timeout_s=_seconds(env, "SIE_ROUTER_QUEUE_TIMEOUT_S", 900.0),
+            **shared,
         )
 
 

@@ -8,70 +8,56 @@ dispatch supersedes it, unless the dispatched request is still in flight and the
 does not show its model loading yet (the request has not reached it). A slot that fails
 ``down_after_failures`` polls in a row (or refuses a connection) leaves rotation, its
 in-flight requests are aborted, and polling goes on so it comes back when it answers again.
+These rules, the poll reader and the poll loop are the gateway's too
+(:mod:`sie_worker.backends`); the table also keeps the slots' prompt-prefix index.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
-import anyio
 import httpx
 
+from sie_worker.backends.answers import BackendPoll, poll_backend
+from sie_worker.backends.prefix import PrefixIndex
+from sie_worker.backends.table import Backend, poll_loop
 from sie_worker.http.connections import Connections
-from sie_worker.http.poll import PollError, poll_answers
-from sie_worker.model_states import MODEL_STATES, parse_state
+from sie_worker.http.poll import PollError
+from sie_worker.model_states import MODEL_STATES
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.policy import (
     Decision,
     ModelView,
     SlotView,
+    choose_by_prefix,
     choose_slot,
     record_dispatch,
     record_served,
 )
 from sie_worker.router.settings import RouterSettings
 
-__all__ = [
-    "RoutingPolicy",
-    "SlotState",
-    "SlotTable",
-    "parse_devices",
-    "parse_models",
-    "poll_slot",
-]
+__all__ = ["RoutingPolicy", "SlotState", "SlotTable", "slot_view_parts"]
 
 logger = logging.getLogger("sie_worker.router")
 
 RoutingPolicy = Callable[[str, Sequence[SlotView]], Decision | None]
-Abort = Callable[[], None]
 
 
-@dataclass
-class SlotState:
-    index: int
-    url: str
-    up: bool = False
-    # Taken out of rotation (refused, or missed ``down_after_failures`` polls in a row) and
-    # not back yet; a slot that has not answered its first poll is not up, but not down.
-    down: bool = False
-    ready: bool = False
-    failures: int = 0
-    last_error: str | None = None
+@dataclass(eq=False)
+class SlotState(Backend):
+    """One slot's worker: the shared backend record, plus the last poll as routing sees it."""
+
+    index: int = 0
     polled: SlotView | None = None
-    polled_at: float = -math.inf  # monotonic start time of the poll behind ``polled``
-    # What the router did since: (monotonic time, model, True once a worker served it).
-    pending: list[tuple[float, str, bool]] = field(default_factory=list)
-    outstanding: int = 0
-    inflight_by_model: Counter[str] = field(default_factory=Counter)
-    aborts: set[Abort] = field(default_factory=set)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def up(self) -> bool:
+        return self.answering
 
     def view(self) -> SlotView:
         """The slot as routing sees it: last poll, then newer dispatches, then live counts."""
@@ -107,10 +93,14 @@ class SlotTable:
         self.metrics = metrics
         self.policy: RoutingPolicy = policy or choose_slot
         self.clock = clock
-        self.slots = [SlotState(i, settings.worker_url(i)) for i in range(settings.slot_count)]
+        self.slots = [
+            SlotState(settings.worker_url(i), index=i) for i in range(settings.slot_count)
+        ]
         self.polled_once = asyncio.Event()  # set once every slot was polled (or failed)
         # Idle connections to the slots' workers, while the app runs (its lifespan's).
         self.connections: Connections | None = None
+        # Which slot was sent which prompt prefixes (SIE_ROUTER_PREFIX_*).
+        self.prefixes = PrefixIndex(settings.prefix.index_blocks)
         self._first_round: set[int] = set()
         self._changed = asyncio.Event()
 
@@ -133,34 +123,35 @@ class SlotTable:
         known.update(m for s in self.slots for _, m, _ in s.pending)
         return known
 
-    def decide(self, model: str, *, exclude: frozenset[int] = frozenset()) -> Decision | None:
+    def decide(
+        self, model: str, *, exclude: frozenset[int] = frozenset(), prefix: tuple[int, ...] = ()
+    ) -> Decision | None:
+        """Where a request for ``model`` goes; ``prefix``: its prompt's block hashes."""
         views = [v for v in self.views() if v.index not in exclude]
+        if prefix:
+            hits = self.prefixes.hits(prefix)
+            decision = choose_by_prefix(model, views, hits.best) if hits else None
+            if decision is not None:
+                return decision
         return self.policy(model, views)
+
+    def sent(self, slot: int, prefix: tuple[int, ...]) -> None:
+        """The request of ``prefix`` went to ``slot``: its worker holds those blocks now."""
+        self.prefixes.record(prefix, slot)
 
     def any_ready(self) -> bool:
         return any(s.up and s.ready for s in self.slots)
 
     def dispatched(self, slot: int, model: str | None, decision_reason: str) -> None:
         state = self.slots[slot]
-        state.outstanding += 1
+        state.note_dispatch(model, self.clock(), loads=decision_reason != "ready")
         self.metrics.inflight_of[slot].set(state.outstanding)
-        if model is None:
-            return
-        state.inflight_by_model[model] += 1
-        if decision_reason != "ready":
-            state.pending.append((self.clock(), model, False))
 
     def finished(self, slot: int, model: str | None, *, changed: bool, served: bool) -> None:
         """A request ended; ``served`` when the worker answered it successfully."""
         state = self.slots[slot]
-        if changed and served and model is not None:
-            state.pending.append((self.clock(), model, True))
-        state.outstanding -= 1
+        state.note_finish(model, self.clock(), served=changed and served)
         self.metrics.inflight_of[slot].set(state.outstanding)
-        if model is not None:
-            state.inflight_by_model[model] -= 1
-            if state.inflight_by_model[model] <= 0:
-                del state.inflight_by_model[model]
         if changed:
             self.poke(slot)
         self._notify()
@@ -178,58 +169,37 @@ class SlotTable:
         models: dict[str, ModelView],
         devices: tuple[tuple[str, str | None], ...],
         ready: bool,
+        room: tuple[int | None, ...] = (),
     ) -> None:
         state = self.slots[slot]
-        if started_at < state.polled_at:
+        was_answering = state.answering
+
+        def state_of(model: str) -> str | None:
+            view = models.get(model)
+            return view.state if view is not None else None
+
+        if not state.accept_poll(started_at, state_of):
             return  # an older poll finished late
-        state.polled = SlotView(index=slot, devices=devices, models=models)
-        state.polled_at = started_at
-        # A dispatch stays while its request is in flight and the poll does not show the
-        # model yet: the request may not have reached the worker when the poll was answered
-        # (a loaded machine), and a burst must keep following it to the same slot.
-        state.pending = [
-            p
-            for p in state.pending
-            if p[0] > started_at
-            or (
-                not p[2]
-                and state.inflight_by_model.get(p[1], 0) > 0
-                and _not_begun(models.get(p[1]))
-            )
-        ]
-        state.failures = 0
-        state.last_error = None
+        state.polled = SlotView(index=slot, devices=devices, models=models, room=room)
         state.ready = ready
-        if not state.up:
+        if not was_answering:
             logger.info("slot %d (%s) answers; back in rotation", slot, state.url)
-        state.up = True
-        state.down = False
         self._round_done(slot)
         self._publish()
         self._notify()
 
     def poll_failed(self, slot: int, error: PollError) -> None:
         state = self.slots[slot]
-        state.failures += 1
-        state.last_error = str(error)
-        if error.refused or state.failures >= self.settings.down_after_failures:
+        if state.note_poll_failure(error, self.settings.down_after_failures):
             self.mark_down(slot, str(error))
         self._round_done(slot)
 
     def mark_down(self, slot: int, reason: str) -> None:
         """Take the slot out of rotation and abort its in-flight requests."""
         state = self.slots[slot]
-        was_up = state.up
-        state.up = False
-        state.down = True
-        state.ready = False
-        state.last_error = reason
-        state.pending.clear()
-        if was_up:
+        if state.take_down(reason):
+            self.prefixes.forget(slot)  # its worker may come back with an empty cache
             logger.warning("slot %d (%s) out of rotation: %s", slot, state.url, reason)
-        for abort in list(state.aborts):
-            abort()
-        state.wake.set()
         self._publish()
         self._notify()
 
@@ -254,84 +224,42 @@ class SlotTable:
     async def run_poller(self, slot: int, client: httpx.AsyncClient) -> None:
         state = self.slots[slot]
         headers = _auth_headers(self.settings)
-        while True:
-            state.wake.clear()
-            started = self.clock()
-            try:
-                models, devices, ready = await poll_slot(
-                    client, state.url, headers, self.settings.poll_timeout_s
-                )
-            except PollError as exc:
-                self.poll_failed(slot, exc)
-            else:
-                self.apply_poll(slot, started, models, devices, ready)
-            with anyio.move_on_after(self.settings.poll_interval_s):
-                await state.wake.wait()
 
+        async def poll() -> BackendPoll:
+            return await poll_backend(client, state.url, headers, self.settings.poll_timeout_s)
 
-async def poll_slot(
-    client: httpx.AsyncClient, url: str, headers: dict[str, str], timeout_s: float
-) -> tuple[dict[str, ModelView], tuple[tuple[str, str | None], ...], bool]:
-    """One poll of one worker: its models, its devices and whether it is ready."""
-    models_r, devices_r, ready_r = await poll_answers(client, url, headers, timeout_s)
-    try:
-        models = parse_models(models_r.json())
-        devices = parse_devices(devices_r.json())
-    except ValueError as exc:
-        raise PollError(f"{url}: unusable answer: {exc}") from exc
-    return models, devices, ready_r.status_code == 200
+        def applied(started: float, answer: BackendPoll) -> None:
+            models, devices, room = slot_view_parts(answer)
+            self.apply_poll(slot, started, models, devices, answer.ready, room)
 
-
-def parse_models(body: Any) -> dict[str, ModelView]:
-    """``/v1/models`` → views by id; raises ValueError when the shape is not the worker's."""
-    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
-        raise ValueError('/v1/models: expected {"data": [...]}')
-    models: dict[str, ModelView] = {}
-    for entry in body["data"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            raise ValueError("/v1/models: every entry needs a string id")
-        if isinstance(entry.get("parent"), str):
-            continue  # a LoRA adapter lives on its base model, which is listed itself
-        devices = entry.get("devices")
-        width = entry.get("width")
-        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
-            width = len(devices) if isinstance(devices, list) and devices else 1
-        last_used = entry.get("last_used")
-        inflight = entry.get("inflight")
-        models[entry["id"]] = ModelView(
-            state=parse_state(entry.get("state")),
-            width=width,
-            pinned=entry.get("pinned") is True,
-            last_used=_finite(last_used),
-            inflight=max(inflight, 0)
-            if isinstance(inflight, int) and not isinstance(inflight, bool)
-            else 0,
+        await poll_loop(
+            state,
+            poll,
+            applied,
+            lambda error: self.poll_failed(slot, error),
+            interval_s=self.settings.poll_interval_s,
+            clock=self.clock,
         )
-    return models
 
 
-def parse_devices(body: Any) -> tuple[tuple[str, str | None], ...]:
-    """``/v1/devices`` → ((device, model or None), ...) in the worker's order."""
-    if not isinstance(body, dict) or not isinstance(body.get("devices"), list):
-        raise ValueError('/v1/devices: expected {"devices": [...]}')
-    devices: list[tuple[str, str | None]] = []
-    for entry in body["devices"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("device"), str):
-            raise ValueError("/v1/devices: every entry needs a string device")
-        model = entry.get("model")
-        devices.append((entry["device"], model if isinstance(model, str) else None))
-    return tuple(devices)
-
-
-def _not_begun(view: ModelView | None) -> bool:
-    """True when a poll shows a dispatched model neither loading nor ready (not reached)."""
-    return view is not None and view.state not in ("loading", "ready")
-
-
-def _finite(value: object) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+def slot_view_parts(
+    answer: BackendPoll,
+) -> tuple[dict[str, ModelView], tuple[tuple[str, str | None], ...], tuple[int | None, ...]]:
+    """What the router's policy reads of one poll: its models, its devices (each with the
+    first model on it) and the memory each device has left (None: not known)."""
+    models = {
+        name: ModelView(
+            state=e.state,
+            width=e.width or 1,
+            pinned=e.pinned,
+            last_used=e.last_used,
+            inflight=e.inflight,
+            memory_bytes=e.memory_bytes,
+        )
+        for name, e in answer.models.items()
+    }
+    devices = tuple((d.device, d.model) for d in answer.devices)
+    return models, devices, tuple(d.room_bytes for d in answer.devices)
 
 
 def _auth_headers(settings: RouterSettings) -> dict[str, str]:

@@ -12,7 +12,9 @@ Units: bytes throughout, "GB" in messages is 1e9 bytes (the GPU data sheets' uni
   the pieces it copies to every rank (norms, biases) are small. KV heads are split while
   there are at least as many as the width and copied when there are fewer, so a width above
   the KV head count stores more KV per token. Every layer is counted as full attention, so
-  sliding-window models get an upper bound.
+  sliding-window models get an upper bound;
+- pipeline stages split the layers: each of ``pipeline`` stages holds 1/pipeline of the
+  weights and of the KV cache (beside the tensor split inside the stage).
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class Hardware:
     gpu_memory_bytes: float
     usable: float = 0.9  # fraction of each GPU given to weights + KV (SGLang mem_fraction_static)
     gpus_per_node: int = 8
+    nodes: int | None = None  # nodes on hand (--nodes); None: as many as one engine needs
+    nvlink: bool = True  # GPUs in a node joined by NVLink (tensor parallel) or PCIe only
 
 
 def weights_bytes(params: float, bits_per_weight: float) -> float:
@@ -88,9 +92,12 @@ def kv_bytes_per_token(shape: Shape, kv_bytes_per_value: float = 2.0) -> float:
     return 2 * shape.layers * shape.kv_heads * shape.head_dim * kv_bytes_per_value
 
 
-def kv_bytes_per_token_per_gpu(shape: Shape, width: int, kv_bytes_per_value: float = 2.0) -> float:
-    """KV bytes per token on one GPU of a ``width`` group: heads split, copied when fewer."""
-    whole = kv_bytes_per_token(shape, kv_bytes_per_value)
+def kv_bytes_per_token_per_gpu(
+    shape: Shape, width: int, kv_bytes_per_value: float = 2.0, *, pipeline: int = 1
+) -> float:
+    """KV bytes per token on one GPU of a ``width`` tensor group: heads split, copied when
+    fewer; ``pipeline`` stages each hold their own layers' share."""
+    whole = kv_bytes_per_token(shape, kv_bytes_per_value) / pipeline
     if shape.kv_latent_dim is not None:
         return whole
     return whole / min(width, shape.kv_heads)
@@ -116,7 +123,12 @@ def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def fits_width(model: ModelSize, width: int, kv_tokens: float, per_gpu: float) -> bool:
-    """Whether weights / width and ``kv_tokens`` of KV cache fit ``per_gpu`` usable bytes."""
-    per_token = kv_bytes_per_token_per_gpu(model.shape, width, model.kv_bytes_per_value)
-    return model.weights_bytes / width + kv_tokens * per_token <= per_gpu * (1 + EPS)
+def fits_width(
+    model: ModelSize, width: int, kv_tokens: float, per_gpu: float, *, pipeline: int = 1
+) -> bool:
+    """Whether weights / (width x pipeline) and ``kv_tokens`` of KV cache fit ``per_gpu``
+    usable bytes on each GPU of a ``width`` tensor group repeated over ``pipeline`` stages."""
+    per_token = kv_bytes_per_token_per_gpu(
+        model.shape, width, model.kv_bytes_per_value, pipeline=pipeline
+    )
+    return model.weights_bytes / (width * pipeline) + kv_tokens * per_token <= per_gpu * (1 + EPS)

@@ -17,6 +17,7 @@ from sie_worker.config.flags.option_tables import option_tables, resolve
 from sie_worker.config.load.load_options import declared_width
 from sie_worker.config.load.model_shape import ModelPathError, find_config_json
 from sie_worker.config.model import ServedModel
+from sie_worker.config.widths import stages_problem
 from sie_worker.errors import Problem
 from sie_worker.sizing.arithmetic import Hardware, ModelSize, Workload
 from sie_worker.sizing.config_warnings import config_warnings
@@ -34,7 +35,9 @@ __all__ = [
     "Gpu",
     "WorkloadChoice",
     "add_gpu_arguments",
+    "declared_split",
     "gpu_from",
+    "hardware_for",
     "hardware_from_args",
     "kv_bytes_per_value",
     "served_model_warnings",
@@ -63,8 +66,8 @@ class WorkloadChoice:
 
 
 def add_gpu_arguments(parser: argparse.ArgumentParser, *, per_node: bool = True) -> None:
-    """``--gpu-type`` / ``--gpu-memory`` / ``--usable``, and ``--gpus-per-node`` when
-    ``per_node`` (replicas per node matter to ``size`` only)."""
+    """``--gpu-type`` / ``--gpu-memory`` / ``--usable``, and ``--gpus-per-node``, ``--nodes``
+    and ``--interconnect`` when ``per_node`` (the layout matters to ``size`` only)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--gpu-type",
@@ -89,7 +92,22 @@ def add_gpu_arguments(parser: argparse.ArgumentParser, *, per_node: bool = True)
             type=whole_number,
             default=8,
             metavar="N",
-            help="GPUs in one node, for replicas per node (default 8)",
+            help="GPUs in one node: tensor parallel stays inside one; replicas per node "
+            "(default 8)",
+        )
+        parser.add_argument(
+            "--nodes",
+            type=_nodes,
+            metavar="N",
+            help="nodes on hand: a model fits when one engine's nodes are at most N, and the "
+            "rest hold replicas (default: the nodes one engine needs)",
+        )
+        parser.add_argument(
+            "--interconnect",
+            choices=("nvlink", "pcie"),
+            default="nvlink",
+            help="how a node's GPUs are joined: nvlink splits a model inside a node by tensor "
+            "parallel, pcie by pipeline stages (default: nvlink)",
         )
 
 
@@ -118,9 +136,18 @@ def hardware_from_args(
 ) -> Hardware | None:
     """Hardware from :func:`add_gpu_arguments`' flags; None when no GPU is named."""
     gpu = gpu_from(args.gpu_type, args.gpu_memory, env)
-    if gpu is None:
-        return None
-    return Hardware(gpu.memory_bytes, args.usable, getattr(args, "gpus_per_node", 8))
+    return None if gpu is None else hardware_for(gpu, args)
+
+
+def hardware_for(gpu: Gpu, args: argparse.Namespace) -> Hardware:
+    """The :class:`Hardware` of ``gpu`` with :func:`add_gpu_arguments`' other flags."""
+    return Hardware(
+        gpu.memory_bytes,
+        args.usable,
+        getattr(args, "gpus_per_node", 8),
+        nodes=getattr(args, "nodes", None),
+        nvlink=getattr(args, "interconnect", "nvlink") == "nvlink",
+    )
 
 
 def kv_bytes_per_value(served: ServedModel) -> tuple[float, str]:
@@ -220,6 +247,7 @@ def warnings_for(
     """:func:`~sie_worker.sizing.config_warnings.config_warnings` for the declared values."""
     kv_bytes, _ = kv_bytes_per_value(served)
     model = ModelSize(stats.shape, weights.bytes, kv_bytes)
+    tensor, stages = declared_split(served)
     if context is None:
         try:
             context = _config_context(served, stats)[0]
@@ -227,7 +255,8 @@ def warnings_for(
             context = None
     problems = config_warnings(
         model,
-        width=declared_width(served),
+        width=tensor,
+        stages=stages,
         kv_budget_tokens=served.profile.kv_budget_tokens,
         context_tokens=context,
         hardware=hardware,
@@ -238,6 +267,14 @@ def warnings_for(
     return [Problem(p.path, p.message, served.config.source) for p in problems]
 
 
+def declared_split(served: ServedModel) -> tuple[int, int]:
+    """The declared (tensor_parallel_size, pipeline_parallel_size), 1 for what is absent or
+    invalid (the load-time checks report those)."""
+    stages = served.profile.loadtime.get("pipeline_parallel_size", 1)
+    stages = stages if stages_problem(stages) is None else 1
+    return declared_width(served) // stages, stages
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -245,6 +282,16 @@ def _fraction(text: str) -> float:
         value = -1.0
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r}: a fraction above 0 and at most 1, e.g. 0.9")
+    return value
+
+
+def _nodes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of nodes, at least 1, e.g. 2")
     return value
 
 

@@ -1,7 +1,8 @@
 """What capacity planning reads from a model directory: shape, dtype, parameter count.
 
 ``config.json`` (read by :mod:`sie_worker.config.load.hf_config`) gives layers, attention and KV
-heads, head_dim, the dtype and any quantization; sizing refuses a config.json that lacks
+heads, head_dim, the dtype and any quantization, and the routed experts of a
+mixture-of-experts model; sizing refuses a config.json that lacks
 layers, attention heads or head_dim, or holds a field that is not a positive integer.
 Parameter count and checkpoint bytes come from the safetensors files: each file's header
 (8-byte length, then JSON with every tensor's dtype, shape and byte range), read without
@@ -65,6 +66,7 @@ class ModelStats:
     quantized: bool
     checkpoint: Checkpoint
     max_position_embeddings: int | None
+    experts: int | None = None  # routed experts (mixture of experts); None: a dense model
 
 
 def _shape(hf: HFConfig) -> Shape:
@@ -174,8 +176,9 @@ def read_model_stats(config_path: Path) -> ModelStats:
     except HFConfigError as exc:
         raise ModelStatsError(str(exc)) from exc
     shape = _shape(hf)
-    if "max_position_embeddings" in hf.invalid:
-        raise ModelStatsError(hf.invalid["max_position_embeddings"])
+    for name in ("max_position_embeddings", "experts"):
+        if name in hf.invalid:
+            raise ModelStatsError(hf.invalid[name])
     return ModelStats(
         config_path=config_path,
         shape=shape,
@@ -184,6 +187,7 @@ def read_model_stats(config_path: Path) -> ModelStats:
         quantized=hf.quantized,
         checkpoint=read_checkpoint(config_path.parent, quantized=hf.quantized),
         max_position_embeddings=hf.max_position_embeddings,
+        experts=hf.experts,
     )
 
 

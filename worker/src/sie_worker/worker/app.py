@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -18,12 +17,8 @@ from starlette.routing import Route
 from sie_worker.config.lora_choice import check_adapter, split_model
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.errors import UnknownModel
-from sie_worker.http.auth import BearerAuth
-from sie_worker.http.errors import EXCEPTION_HANDLERS
-from sie_worker.http.request_id import RequestId
-from sie_worker.http.request_limits import RequestLimits
+from sie_worker.http.app_shell import app_shell
 from sie_worker.http.transport import hop_client
-from sie_worker.http.wire import WiredStarlette
 from sie_worker.settings import Settings
 from sie_worker.sie_api.ids import resolve_model_id
 from sie_worker.sie_api.models import model_detail, model_info, model_infos
@@ -94,18 +89,7 @@ def create_app(
         Route("/v1/configs/{sie_id:path}", _put_config, methods=["PUT"]),
         Route("/v1/configs/{sie_id:path}", _delete_config, methods=["DELETE"]),
     ]
-    app = WiredStarlette(
-        routes=routes,
-        middleware=[
-            Middleware(RequestId),
-            Middleware(RequestLimits, max_bytes=settings.max_body_bytes),
-            Middleware(BearerAuth, api_key=settings.api_key),
-        ],
-        exception_handlers=dict(EXCEPTION_HANDLERS),
-        lifespan=lifespan,
-    )
-    # why: never answer with a redirect (sie-sdk follows none; a POST would not survive one)
-    app.router.redirect_slashes = False
+    app = app_shell(routes, settings, lifespan)
     app.state.settings = settings
     app.state.manager = manager
     app.state.store = store
@@ -123,18 +107,20 @@ async def _healthz(request: Request) -> Response:
 
 async def _readyz(request: Request) -> Response:
     manager: ModelManager = request.app.state.manager
+    rank = manager.group.probe_fields()  # a rank of a group of nodes says which
     if manager.ready:
-        return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "ready", **rank})
     waiting = [r.id for r in manager.records.values() if r.pinned and r.state != "ready"]
-    return JSONResponse({"status": "not ready", "waiting_for": waiting}, status_code=503)
+    return JSONResponse({"status": "not ready", "waiting_for": waiting, **rank}, status_code=503)
 
 
 async def _metrics(request: Request) -> Response:
-    """The worker's own series, then those of its SGLang engines (labelled by model)."""
+    """The worker's own and model-server series, then its engines' (labelled by model)."""
     metrics: WorkerMetrics = request.app.state.metrics
     engines = await engine_metrics(request.app.state.http, _manager(request).metric_sources())
     return Response(
-        metrics.render() + engines, media_type="text/plain; version=0.0.4; charset=utf-8"
+        metrics.render(engines.loads) + engines.text,
+        media_type="text/plain; version=0.0.4; charset=utf-8",
     )
 
 

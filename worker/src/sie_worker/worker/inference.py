@@ -98,6 +98,7 @@ def _openai_call(
 async def sie_request(request: Request) -> Response:
     started = time.monotonic()
     route = request.scope["path"].split("/", 3)[2]  # /v1/<route>/<model>
+    _manager(request).group.require_leader()
     data = decode_body(await request.body(), request.headers.get("content-type"))
     manager = _manager(request)
     settings: Settings = request.app.state.settings
@@ -146,8 +147,9 @@ async def _serve(
     ``openai``: an OpenAI body (relayed unchanged when the served model is the one it
     names); ``sie``: an SIE request's record and engine call (its body is the engine's
     JSON, not the client's). The adapter a request names must be one of the served
-    model's."""
+    model's. Ranks >= 1 of a group of nodes serve nobody (``not_leader``)."""
     manager = _manager(request)
+    manager.group.require_leader()
     if sie is None:
         asked, call, raw, param = _openai_call(request, manager, openai or b"")
     else:

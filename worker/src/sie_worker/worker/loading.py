@@ -120,7 +120,7 @@ class Loader:
             # Refuse now what could not be placed; the need is not known before the weights
             # are (the default engine's), so the smallest one is tried.
             dry_need = 0 if table.placer.memory.known else None
-            table.placer.place(record, table.records.values(), options.width, dry_need)
+            table.placer.place(record, table.records.values(), options.claim_width, dry_need)
             handle = self._weights.join(served)
             table.life.move(record, "loading", "load", phase="downloading")
             record.download = handle.progress
@@ -131,7 +131,7 @@ class Loader:
     ) -> RunningEngine:
         table = self._table
         async with table.lock:
-            block = self._claim(record, options.width, need)
+            block = self._claim(record, options.claim_width, need)
             waits = table.stops.pending_on(block)
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)

@@ -14,6 +14,8 @@ Invariants kept here (and checked by the API tests):
 - A model's state moves only through :class:`~sie_worker.worker.lifecycle.Lifecycle`; a
   load runs as :mod:`sie_worker.worker.loading` describes.
 - Pinned models are never evicted; the keeper reloads them (with backoff) when they fail.
+- On a group of nodes, :class:`~sie_worker.worker.group_role.GroupRole` decides who serves
+  and ends the worker when a group model's engine rank ends.
 """
 
 from __future__ import annotations
@@ -27,8 +29,16 @@ import httpx
 
 from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.model import ModelConfig, served_models
-from sie_worker.errors import LoadFailed, ModelLoading, PlacementFailed, SieError, UnknownModel
+from sie_worker.errors import (
+    LoadFailed,
+    ModelLoading,
+    PlacementFailed,
+    SieError,
+    StartupTimeout,
+    UnknownModel,
+)
 from sie_worker.settings import Settings
+from sie_worker.worker.group_role import GroupRole
 from sie_worker.worker.launcher.group_guard import start_group_guard
 from sie_worker.worker.launcher.plan import exports_metrics
 from sie_worker.worker.launcher.start import RunningEngine
@@ -64,8 +74,10 @@ class ModelManager:
         *,
         base_env: Mapping[str, str],
         memory: DeviceMemory,
+        group: GroupRole | None = None,
     ) -> None:
         self.settings = settings
+        self.group = group or GroupRole(settings)
         self.devices = settings.devices
         self.metrics = metrics
         # Engines need no API key; one that prints its environment (or a crash dump that
@@ -77,11 +89,12 @@ class ModelManager:
         self._weights = ModelWeights(HubSettings.from_env(base_env), metrics, settings)
         self._loader = Loader(table, settings, client, engine_env, self._weights)
         self._keeper = PinKeeper(self.records.values, self._ensure_loading)
-        table.on_crash = self._wake_if_pinned
+        table.on_crash = self._crashed
         for config in configs.values():
             self._add_config(config)
         for model_id in settings.pinned_models:
-            self.record(model_id).pinned = True
+            record = self.record(model_id)
+            record.pinned = self.group.keeps_pinned(record.served)
         table.refresh_gauges()
 
     # --- lifecycle of the manager -----------------------------------------------------
@@ -193,6 +206,7 @@ class ModelManager:
         )
 
     async def load(self, model_id: str) -> dict[str, Any]:
+        self.group.require_leader()
         record = self.record(model_id)
         while record.state != "ready" or record.running is None:
             await _join_load(record.id, self._ensure_loading(record))
@@ -200,6 +214,7 @@ class ModelManager:
 
     async def unload(self, model_id: str) -> dict[str, Any]:
         """Stop the model (after its load finishes, if loading) and clear its pin."""
+        self.group.require_leader()
         record = self.record(model_id)
         record.pinned = False
         await self._stop_loading(record)
@@ -215,12 +230,14 @@ class ModelManager:
         return self.model_entry(record)
 
     async def pin(self, model_id: str) -> dict[str, Any]:
+        self.group.require_leader()
         record = self.record(model_id)
         record.pinned = True
         record.pinned_backoff_s, record.pinned_retry_at = 1.0, 0.0
         return await self.load(model_id)
 
     async def unpin(self, model_id: str) -> dict[str, Any]:
+        self.group.require_leader()
         record = self.record(model_id)
         record.pinned = False
         self._table.placer.forget_refusals()
@@ -286,6 +303,11 @@ class ModelManager:
     async def _load(self, record: ModelRecord) -> None:
         try:
             await self._loader.load(record)
+        except (LoadFailed, StartupTimeout) as exc:
+            if self.group.serves_group(record.served):
+                self.group.engine_failed(record.id, exc.message)
+            self._wake_if_pinned(record)
+            raise
         except BaseException:
             self._wake_if_pinned(record)
             raise
@@ -300,6 +322,11 @@ class ModelManager:
         if record.phase == "downloading":
             task.cancel()
         await asyncio.wait([task])
+
+    def _crashed(self, record: ModelRecord) -> None:
+        if self.group.serves_group(record.served):
+            self.group.engine_failed(record.id, record.error or "its engine exited")
+        self._wake_if_pinned(record)
 
     def _wake_if_pinned(self, record: ModelRecord) -> None:
         if record.pinned:

@@ -7,6 +7,15 @@ over a series that appears with its first event would miss that event.
 Streams are timed where the worker relays them: :class:`StreamTimer` observes the time to
 the first relayed write (``sie_time_to_first_token_seconds``) and between writes
 (``sie_inter_token_latency_seconds``), one observation per write.
+
+After them :meth:`WorkerMetrics.render` writes what an endpoint picker reads of the whole
+worker (:mod:`sie_worker.model_server_series`): each ready model's engine load as its engine
+reports it (SGLang's and vLLM's own series, read at this scrape); a ready model without one
+(the default engine exports none, or its engine did not answer) counts the requests in
+flight to it as running and none as waiting, with no KV cache use. ``running_lora_adapters``
+lists the ready models, ``waiting_lora_adapters`` the loading ones, ``max_lora`` the devices.
+Requests the worker holds for a model still loading are not counted as waiting (they show in
+the router's ``sie_router_queued_requests``).
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ from typing import Final, Literal, Protocol, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from sie_worker.model_server_series import ServerLoad, combine
+from sie_worker.model_server_series import render as render_load
 from sie_worker.model_states import MODEL_STATES, ModelState
 
 __all__ = [
@@ -300,5 +311,24 @@ class WorkerMetrics:
     def count_eviction(self, reason: EvictionReason) -> None:
         self.evictions.labels(reason=reason).inc()
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def server_load(self, engines: Mapping[str, ServerLoad]) -> ServerLoad:
+        """The whole worker's load, given its engines' (by model; see the module's doc)."""
+        inflight = {s.labels["model"]: s.value for m in self.inflight.collect() for s in m.samples}
+        ready = [m for m, state in self._model_states.items() if state == "ready"]
+        return combine(
+            [
+                *(engines.get(m) or ServerLoad(running=inflight.get(m, 0.0)) for m in ready),
+                ServerLoad(
+                    ready=frozenset(ready),
+                    loading=frozenset(
+                        m for m, state in self._model_states.items() if state == "loading"
+                    ),
+                    max_lora=len(self._device_names),
+                ),
+            ]
+        )
+
+    def render(self, engines: Mapping[str, ServerLoad] | None = None) -> bytes:
+        """The worker's own series, then its model-server series (``engines``: the loads its
+        engines reported at this scrape, by model)."""
+        return generate_latest(self.registry) + render_load(self.server_load(engines or {}))

@@ -189,3 +189,29 @@ def test_a_bad_hidden_size_is_invalid_for_the_head_dim_it_would_give() -> None:
     assert (hf.hidden_size, hf.head_dim) == (None, None)
     assert hf.invalid["head_dim"] == hf.invalid["hidden_size"]
     assert "hidden_size is '4096'" in hf.invalid["hidden_size"]
+
+
+@pytest.mark.parametrize(
+    ("data", "experts"),
+    [
+        ({**_BASE, "n_routed_experts": 256, "num_experts_per_tok": 8}, 256),  # DeepSeek-V3
+        ({**_BASE, "num_experts": 128}, 128),  # Qwen3-MoE
+        ({**_BASE, "num_local_experts": 8}, 8),  # Mixtral
+        ({"text_config": {**_BASE, "num_local_experts": 16}}, 16),  # Llama 4's text model
+        ({**_BASE, "num_experts": 0}, None),  # a dense model that writes 0
+        ({**_BASE, "num_experts": None, "num_local_experts": 8}, 8),
+        (_BASE, None),
+    ],
+)
+def test_routed_experts_mark_a_mixture_of_experts_model(
+    data: dict[str, Any], experts: int | None
+) -> None:
+    assert parse_hf_config(data).experts == experts
+
+
+def test_a_bad_expert_count_is_invalid_naming_the_key() -> None:
+    hf = parse_hf_config({**_BASE, "n_routed_experts": "256"})
+    assert hf.experts is None
+    assert hf.invalid["experts"] == (
+        "config.json: n_routed_experts is '256', expected a whole number of experts"
+    )

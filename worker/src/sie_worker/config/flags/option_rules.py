@@ -20,7 +20,7 @@ from sie_worker.config.files.values import described, shown
 from sie_worker.config.flags.option_tables import OptionTable, option_tables
 from sie_worker.config.lora import lora_problems
 from sie_worker.config.runtime import sampling_problem, stops_problem
-from sie_worker.config.widths import width_problem
+from sie_worker.config.widths import stages_problem, width_problem
 
 __all__ = [
     "SPECULATIVE_KEYS",
@@ -44,6 +44,7 @@ __all__ = [
     "sampling",
     "seconds",
     "speculative",
+    "stages",
     "stops",
     "template",
     "text",
@@ -322,6 +323,11 @@ def guard(value: Any, release: Release) -> str | None:
 @rule_of("an integer 1..8, at most the worker's devices")
 def width(value: Any, release: Release) -> str | None:
     return width_problem(value)
+
+
+@rule_of("an integer 1..8; the model's width is tensor_parallel_size x this")
+def stages(value: Any, release: Release) -> str | None:
+    return stages_problem(value)
 
 
 def later(issue: str) -> Rule:

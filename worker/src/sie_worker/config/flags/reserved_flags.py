@@ -6,7 +6,8 @@ reserved ``dest`` or is an ambiguous prefix with a reserved candidate. SGLang re
 some dests differently (0.5.10.post1 stores ``--tp-size`` as ``tensor_parallel_size``, 0.5.23
 as ``tp_size``); both are reserved. vLLM's are what places the engine (tensor, pipeline and
 data parallelism, nodes, the rendezvous address, the executor, headless ranks, API servers),
-where it listens, and ``--config`` (a file that could set any of them).
+where it listens, and ``--config`` (a file that could set any of them). Pipeline stages and
+the multi-node flags are the worker's too (``pipeline_parallel_size``; groups of nodes).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ __all__ = [
 _SINGLE_ENGINE = (
     "SIE reserves GPUs from the declared width alone and runs one single-node engine per model"
 )
+_GROUP = (
+    "the worker sets it from the declared widths and, on a group of nodes, from SIE_NODES, "
+    "SIE_NODE_RANK and SIE_LEADER_ADDRESS"
+)
+_STAGES = (_GROUP, "remove it and set adapter_options.loadtime.pipeline_parallel_size")
 _MASK = "the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES"
 _LISTENER = (
     "SIE owns the engine's HTTP host and port (the worker server's own --host/--port are separate)"
@@ -43,10 +49,10 @@ _REASONS: Mapping[str, tuple[str, str]] = {
     ),
     "dp_size": (_SINGLE_ENGINE, "remove it; run more worker replicas for more copies"),
     "ep_size": (_SINGLE_ENGINE, "remove it"),
-    "pp_size": (_SINGLE_ENGINE, "remove it; tensor_parallel_size splits the model"),
-    "nnodes": (_SINGLE_ENGINE, "remove it"),
-    "node_rank": (_SINGLE_ENGINE, "remove it"),
-    "dist_init_addr": (_SINGLE_ENGINE, "remove it"),
+    "pp_size": _STAGES,
+    "nnodes": (_GROUP, "remove it"),
+    "node_rank": (_GROUP, "remove it"),
+    "dist_init_addr": (_GROUP, "remove it; adapter_options.loadtime.nccl_port sets the port"),
     "base_gpu_id": (_MASK, "remove it"),
     "gpu_id_step": (_MASK, "remove it"),
     "host": (_LISTENER, "remove it"),
@@ -73,7 +79,7 @@ _VLLM_REASONS: Mapping[str, tuple[str, str]] = {
         "the worker sets it from the declared width",
         "remove it and set adapter_options.loadtime.tensor_parallel_size",
     ),
-    "pipeline_parallel_size": (_VLLM_SINGLE, "remove it; tensor_parallel_size splits the model"),
+    "pipeline_parallel_size": _STAGES,
     "prefill_context_parallel_size": (_VLLM_SINGLE, "remove it"),
     "data_parallel_size": _VLLM_DATA,
     "data_parallel_size_local": _VLLM_DATA,
@@ -86,9 +92,9 @@ _VLLM_REASONS: Mapping[str, tuple[str, str]] = {
     "data_parallel_external_lb": _VLLM_DATA,
     "data_parallel_multi_port_external_lb": _VLLM_DATA,
     "data_parallel_supervisor_port": _VLLM_DATA,
-    "nnodes": (_VLLM_SINGLE, "remove it"),
-    "node_rank": (_VLLM_SINGLE, "remove it"),
-    "master_addr": (_VLLM_SINGLE, "remove it"),
+    "nnodes": (_GROUP, "remove it"),
+    "node_rank": (_GROUP, "remove it"),
+    "master_addr": (_GROUP, "remove it"),
     "master_port": (
         "the worker sets the rendezvous port",
         "remove it and set adapter_options.loadtime.nccl_port to choose one",
@@ -97,7 +103,7 @@ _VLLM_REASONS: Mapping[str, tuple[str, str]] = {
         "the worker starts the engine's ranks as its own process group (vLLM's mp executor)",
         "remove it",
     ),
-    "headless": (_VLLM_SINGLE, "remove it"),
+    "headless": (_GROUP, "remove it"),
     "api_server_count": ("the worker relays requests to one API server per engine", "remove it"),
     "host": (_LISTENER, "remove it"),
     "port": (_LISTENER, "remove it"),

@@ -45,6 +45,7 @@ MAMBA_DESTS = ("mamba_radix_cache_strategy", "mamba_scheduler_strategy")
 _CHECKED_BY_RESOLVER = frozenset(
     {
         "tensor_parallel_size",
+        "pipeline_parallel_size",
         "request_read_timeout_s",
         "startup_timeout_s",
         "watchdog_timeout_s",

@@ -45,6 +45,7 @@ from sie_worker.config.flags.option_rules import (
     sampling,
     seconds,
     speculative,
+    stages,
     stops,
     template,
     text,
@@ -101,6 +102,9 @@ _TABLE: tuple[EngineOption, ...] = (
     _o("nccl_port", _ALL, "worker", "--nccl-port", integer(1024, 65535),
        "a free port, 30400-30499",
        "The port for NCCL distributed environment setup. Only above width 1."),
+    _o("pipeline_parallel_size", _ALL, "worker", "--pp-size", stages, "1",
+       "pipeline stages: the model's width is tensor_parallel_size x this (seed 004: PP "
+       "spans PCIe links and nodes); the head check applies to the tensor width"),
     _o("disable_cuda_graph", _ALL, "flag", None, boolean, "false",
        "turns CUDA graphs off entirely: --cuda-graph-backend-{decode,prefill} disabled (SGLang "
        "0.5.19 and later), --disable-cuda-graph (before)"),

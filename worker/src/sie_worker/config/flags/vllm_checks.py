@@ -39,7 +39,13 @@ __all__ = ["VLLMChecks", "vllm_release_of"]
 
 # Checked by the resolver itself (width, timeouts, the rendezvous port).
 _CHECKED_BY_RESOLVER = frozenset(
-    {"tensor_parallel_size", "request_read_timeout_s", "startup_timeout_s", "nccl_port"}
+    {
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "request_read_timeout_s",
+        "startup_timeout_s",
+        "nccl_port",
+    }
 )
 # dest -> the load-time option that sets it instead.
 _OWNED: Mapping[str, str] = {

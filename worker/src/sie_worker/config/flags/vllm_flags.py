@@ -32,6 +32,7 @@ from sie_worker.config.flags.option_rules import (
     revision,
     sampling,
     seconds,
+    stages,
     stops,
     text,
     width,
@@ -107,6 +108,9 @@ _TABLE: tuple[EngineOption, ...] = (
     _o("nccl_port", _ALL, "worker", "--master-port", integer(1024, 65535),
        "vLLM's (a free port of its own on one node)",
        "the rendezvous port (vLLM's --master-port); only above width 1"),
+    _o("pipeline_parallel_size", _ALL, "worker", "--pipeline-parallel-size", stages, "1",
+       "pipeline stages: the model's width is tensor_parallel_size x this (seed 004: PP "
+       "spans PCIe links and nodes); the head check applies to the tensor width"),
 )  # fmt: skip
 VLLM_OPTIONS: Mapping[str, EngineOption] = {option.name: option for option in _TABLE}
 

@@ -12,6 +12,8 @@ from the top level:
 - head_dim: ``head_dim``, else the hidden size over the heads
 - latent KV width (multi-head latent attention): ``kv_lora_rank`` + ``qk_rope_head_dim``
 - ``max_position_embeddings``
+- routed experts (a mixture-of-experts model): ``n_routed_experts`` | ``num_experts`` |
+  ``num_local_experts``; 0 (as some dense models write it) or absent is none
 - bits per weight: ``quantization_config`` (top level or the section), else
   ``torch_dtype`` | ``dtype`` (the section's, then the top level's)
 
@@ -37,6 +39,7 @@ _LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
 _HEADS = ("num_attention_heads", "n_head", "num_heads")
 _KV_HEADS = ("num_key_value_heads", "n_head_kv", "num_kv_heads")
 _HIDDEN = ("hidden_size", "n_embd", "d_model")
+_EXPERTS = ("n_routed_experts", "num_experts", "num_local_experts")
 _FLOAT_BITS = {
     "float32": 32,
     "float": 32,
@@ -74,6 +77,7 @@ class HFConfig:
     bits_per_weight: float | None  # from quantization_config or the dtype; None when unknown
     bits_source: str
     quantized: bool
+    experts: int | None = None  # routed experts of a mixture-of-experts model
     # field (as the attributes above) -> why its value is not usable, naming the key.
     invalid: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -132,6 +136,7 @@ def parse_hf_config(data: Mapping[str, Any], *, source: str = "config.json") -> 
         latent = rank + (rope or 0)
     positions = number("max_position_embeddings", ("max_position_embeddings",))
     bits, bits_source, quantized = _bits(data, section)
+    experts = _experts(section, source, invalid)
     return HFConfig(
         source=source,
         layers=layers,
@@ -145,6 +150,7 @@ def parse_hf_config(data: Mapping[str, Any], *, source: str = "config.json") -> 
         bits_per_weight=bits,
         bits_source=bits_source,
         quantized=quantized,
+        experts=experts,
         invalid=MappingProxyType(invalid),
     )
 
@@ -155,6 +161,19 @@ def _section(data: Mapping[str, Any]) -> Mapping[str, Any]:
         if isinstance(inner, Mapping) and any(k in inner for k in _HEADS):
             return inner
     return data
+
+
+def _experts(section: Mapping[str, Any], source: str, invalid: dict[str, str]) -> int | None:
+    """The routed expert count, None for a dense model (0 is written by some dense models)."""
+    for key in _EXPERTS:
+        value = section.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            invalid["experts"] = f"{source}: {key} is {value!r}, expected a whole number of experts"
+            return None
+        return value or None
+    return None
 
 
 def _bits(data: Mapping[str, Any], section: Mapping[str, Any]) -> tuple[float | None, str, bool]:

@@ -12,7 +12,7 @@ from sie_server.adapters.base import Adapter
 from sie_worker.config.adapters import default_adapter_path, resolve_adapter
 from sie_worker.config.lora import LoraAdapter
 from sie_worker.config.model import ServedModel
-from sie_worker.config.widths import width_problem
+from sie_worker.config.widths import model_width, stages_problem, width_problem
 from sie_worker.settings import Settings
 
 __all__ = ["LoadOptions", "adapter_of", "context_length", "declared_width"]
@@ -20,7 +20,7 @@ __all__ = ["LoadOptions", "adapter_of", "context_length", "declared_width"]
 
 @dataclass(frozen=True)
 class LoadOptions:
-    width: int
+    width: int  # the model's whole width: tensor_parallel_size x pipeline_parallel_size
     request_read_timeout_s: float | None
     startup_timeout_s: float
     watchdog_timeout_s: float | None
@@ -40,6 +40,25 @@ class LoadOptions:
     # repo ids until the worker fetches them (then their snapshot folders).
     loras: tuple[LoraAdapter, ...] = ()
     max_loras_per_batch: int | None = None  # with loras: declared, else SIE's default
+    stages: int = 1  # pipeline_parallel_size
+    # Devices this worker claims: the width, or width / SIE_NODES for a model served by a
+    # group of nodes (one wider than the worker's devices).
+    local_width: int | None = None
+
+    @property
+    def tensor_width(self) -> int:
+        """``tensor_parallel_size``: the engine's tensor-parallel flag."""
+        return self.width // self.stages
+
+    @property
+    def claim_width(self) -> int:
+        """The devices this worker claims for the model."""
+        return self.width if self.local_width is None else self.local_width
+
+    @property
+    def grouped(self) -> bool:
+        """Whether a group of nodes serves the model (this worker runs one rank of it)."""
+        return self.local_width is not None and self.local_width != self.width
 
 
 def adapter_of(served: ServedModel, settings: Settings) -> type[Adapter]:
@@ -50,9 +69,15 @@ def adapter_of(served: ServedModel, settings: Settings) -> type[Adapter]:
 
 
 def declared_width(served: ServedModel) -> int:
-    """The width the profile declares (1 when absent or invalid); no load-time checks."""
-    value = served.profile.loadtime.get("tensor_parallel_size", 1)
-    return value if width_problem(value) is None else 1
+    """The width the profile declares, tensor_parallel_size x pipeline_parallel_size (each 1
+    when absent or invalid); no load-time checks."""
+    loadtime = served.profile.loadtime
+    tensor = loadtime.get("tensor_parallel_size", 1)
+    stages = loadtime.get("pipeline_parallel_size", 1)
+    return model_width(
+        tensor if width_problem(tensor) is None else 1,
+        stages if stages_problem(stages) is None else 1,
+    )
 
 
 def context_length(served: ServedModel, adapter: type[Adapter]) -> int | None:

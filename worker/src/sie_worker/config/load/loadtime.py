@@ -3,7 +3,9 @@
 Applied when a model loads, by ``sie-worker plan`` and by ``sie-worker validate --devices``.
 Every refusal is an :class:`~sie_worker.errors.InvalidConfig` listing all problems at once.
 
-Defaults: ``tensor_parallel_size`` 1; ``request_read_timeout_s`` generation:
+Defaults: ``tensor_parallel_size`` 1, ``pipeline_parallel_size`` 1 (the width is their
+product; a model wider than the worker is served by its group of nodes, pinned, width /
+``SIE_NODES`` devices on each rank); ``request_read_timeout_s`` generation:
 ``SIE_SGLANG_GENERATE_READ_TIMEOUT_S`` or none, embedding: 60; ``startup_timeout_s``
 ``SIE_MODEL_READY_TIMEOUT_S`` or 900; ``watchdog_timeout_s`` the engine's;
 ``disable_piecewise_cuda_graph`` true above width 1 (every width on ``sglang-cu130`` and with SIE's
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -44,7 +46,14 @@ from sie_worker.config.load.model_shape import (
 )
 from sie_worker.config.lora import LoraAdapter, load_adapters, max_loras
 from sie_worker.config.model import JsonPath, ServedModel
-from sie_worker.config.widths import width_fits, width_problem
+from sie_worker.config.widths import (
+    group_width_problem,
+    model_width,
+    rank_width,
+    stages_problem,
+    width_fits,
+    width_problem,
+)
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import Settings
 
@@ -62,6 +71,7 @@ CU130_BUNDLE = "sglang-cu130"
 _COMMON = frozenset(
     {
         "tensor_parallel_size",
+        "pipeline_parallel_size",
         "request_read_timeout_s",
         "startup_timeout_s",
         "watchdog_timeout_s",
@@ -116,7 +126,7 @@ class _Resolver:
             k: v for k, v in self.loadtime.items() if k in adapter.loadtime_options
         }
         task = self._task(adapter)
-        width = self._width(adapter)
+        width, stages, local_width = self._width(adapter)
         generation = task == "generate"
         release, checks = self._engine_checks(adapter)
         if "request_read_timeout_s" in loadtime:
@@ -146,7 +156,7 @@ class _Resolver:
         if adapter.engine == "transformers":
             for where, message in transformers_problems(adapter, served, extras):
                 self.add(where, message)
-        model_path = self._shape(width, adapter)
+        model_path = self._shape(width // stages, adapter)
         loras = self._loras()
         if self.problems:
             raise InvalidConfig(self.problems)
@@ -169,6 +179,8 @@ class _Resolver:
             warnings=tuple(self.warnings + (checks.warnings if checks else [])),
             loras=loras,
             max_loras_per_batch=max_loras(loadtime, task) if loras else None,
+            stages=stages,
+            local_width=local_width,
         )
 
     # --- one check each ------------------------------------------------------------------
@@ -220,23 +232,44 @@ class _Resolver:
             )
         return task
 
-    def _width(self, adapter: type[Adapter]) -> int:
+    def _width(self, adapter: type[Adapter]) -> tuple[int, int, int | None]:
+        """The model's width (tensor x stages), its stages and, for a model a group of nodes
+        serves, the devices this rank claims (None: one worker serves it)."""
         if "tensor_parallel_size" not in adapter.loadtime_options:
-            return 1
-        value = self.loadtime.get("tensor_parallel_size", 1)
-        message = width_problem(value)
+            return 1, 1, None
+        tensor = self._count("tensor_parallel_size", width_problem)
+        stages = self._count("pipeline_parallel_size", stages_problem)
+        width, settings = model_width(tensor, stages), self.settings
+        devices, nodes = len(settings.devices), settings.nodes
+        key = "tensor_parallel_size" if stages == 1 else "pipeline_parallel_size"
+        message = group_width_problem(width, devices, nodes)
+        if message is not None and nodes < 2 and stages == 1:
+            message = (
+                f"{width} needs {width} GPUs but this worker has {devices} device(s) "
+                f"({','.join(settings.devices)}, from SIE_DEVICES): lower it, or serve the "
+                f"model from a pool with gpu.deviceGroup: true and gpu.count of at least {width}"
+            )
         if message is not None:
-            self.add("tensor_parallel_size", message)
+            self.add(key, message)
+            return width, stages, None
+        if width_fits(width, devices):
+            return width, stages, None
+        if self.served.id not in settings.pinned_models:
+            self.add(
+                key,
+                f"width {width} is wider than this worker's {devices} device(s), so only the "
+                f"group of SIE_NODES={nodes} nodes serves it, pinned on every rank: add "
+                f"{self.served.id} to SIE_PINNED_MODELS",
+            )
+        return width, stages, rank_width(width, nodes)
+
+    def _count(self, key: str, problem: Callable[[object], str | None]) -> int:
+        value = self.loadtime.get(key, 1)
+        message = problem(value)
+        if message is not None:
+            self.add(key, message)
             return 1
         assert isinstance(value, int)
-        devices = self.settings.devices
-        if not width_fits(value, len(devices)):
-            self.add(
-                "tensor_parallel_size",
-                f"{value} needs {value} GPUs but this worker has {len(devices)} device(s) "
-                f"({','.join(devices)}, from SIE_DEVICES): lower it, or serve the model from a "
-                f"pool with gpu.deviceGroup: true and gpu.count of at least {value}",
-            )
         return value
 
     def _engine_checks(

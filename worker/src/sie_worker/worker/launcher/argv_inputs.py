@@ -6,10 +6,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from sie_server.adapters.base import EngineKind
 from sie_worker.config.engine_families import EngineFamily
 from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.settings import Settings
+from sie_worker.worker.launcher.ranks import GroupRank, rank_args
 
 __all__ = ["ENGINE_HOST", "ArgvInputs"]
 
@@ -29,14 +31,34 @@ class ArgvInputs:
     settings: Settings
     version: str | None = None
     share: float | None = None
+    group: GroupRank | None = None  # this worker's rank of a group model's engine
+
+    def parallel(self, engine: EngineKind, tensor_flag: str, stages_flag: str) -> list[str]:
+        """The tensor width, the pipeline stages (above 1) and, for a rank of a group of
+        nodes, the engine's multi-node flags (:mod:`~sie_worker.worker.launcher.ranks`)."""
+        options = self.options
+        args = [tensor_flag, str(options.tensor_width)]
+        if options.stages > 1:
+            args += [stages_flag, str(options.stages)]
+        if self.group is not None:
+            args += rank_args(engine, self.group)
+        return args
 
     def command(self, family: EngineFamily) -> list[str]:
-        """The engine's command: its ``SIE_*_COMMAND`` prefix, else ``python -m <module>``."""
+        """The engine's command: its ``SIE_*_COMMAND`` prefix, else ``python -m <module>``.
+        A headless rank runs the family's headless command instead (vLLM: ``vllm serve``):
+        in place of ``-m <module>`` at the end of the prefix, else after ``python``."""
         override = {
             "SIE_SGLANG_COMMAND": self.settings.sglang_command,
             "SIE_VLLM_COMMAND": self.settings.vllm_command,
         }.get(family.command_variable or "")
-        return list(override or (sys.executable, "-m", family.module))
+        command = list(override or (sys.executable, "-m", family.module))
+        group, headless = self.group, family.headless_command
+        if group is None or group.leads or headless is None:
+            return command
+        if command[-2:] == ["-m", family.module]:
+            return [*command[:-2], "-m", *headless]
+        return command  # a wrapper of its own: it is told --headless
 
     def model_source(self, flag: str) -> list[str]:
         """``flag <path>`` (the local folder, else the hub id), and ``--revision`` for a hub id."""

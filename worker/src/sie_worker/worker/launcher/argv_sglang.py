@@ -3,9 +3,12 @@
 
 - ``--model-path``: ``weights_path``/``model_path`` resolved, else ``hf_id``; ``--revision``:
   ``hf_revision``/``revision`` (``loadtime.revision`` wins; hub ids only);
-- ``--served-model-name`` the served id, ``--tp-size`` the width, then the worker's
-  ``--host 127.0.0.1 --port N --nccl-port P`` and ``--enable-metrics`` (the worker passes
-  the engine's ``/metrics`` through on its own, :mod:`sie_worker.worker.engine_metrics`);
+- ``--served-model-name`` the served id, ``--tp-size`` the tensor width, ``--pp-size`` the
+  pipeline stages (above 1), on a rank of a group of nodes ``--nnodes --node-rank
+  --dist-init-addr`` (:mod:`~sie_worker.worker.launcher.ranks`), then the worker's
+  ``--host 127.0.0.1 --port N --nccl-port P`` (none on a group's rank) and
+  ``--enable-metrics`` (the worker passes the engine's ``/metrics`` through on its own,
+  :mod:`sie_worker.worker.engine_metrics`);
 - ``--dtype``: ``compute_precision`` (``loadtime.compute_precision`` wins);
 - ``--context-length``: ``loadtime.max_seq_length``, else ``max_sequence_length``, else
   (generation) ``tasks.generate.context_length``;
@@ -65,9 +68,9 @@ def sglang_argv(inputs: ArgvInputs) -> tuple[str, ...]:
     adapter = resolve_adapter(options.adapter)
     argv = inputs.command(family_of("sglang"))
     argv += inputs.model_source("--model-path")
-    argv += ["--served-model-name", served.id, "--tp-size", str(options.width)]
+    argv += ["--served-model-name", served.id, *inputs.parallel("sglang", "--tp-size", "--pp-size")]
     argv += ["--host", ENGINE_HOST, "--port", str(inputs.port)]
-    if inputs.nccl_port is not None:
+    if inputs.nccl_port is not None and inputs.group is None:
         argv += ["--nccl-port", str(inputs.nccl_port)]
     argv.append("--enable-metrics")
     if inputs.precision:

@@ -3,8 +3,11 @@
 
 - ``--model``: the local folder (``weights_path``/``model_path``, or the fetched snapshot),
   else ``hf_id``; ``--revision`` for a hub id;
-- ``--served-model-name`` the served id, ``--tensor-parallel-size`` the width, the worker's
-  ``--host 127.0.0.1 --port N``, ``--master-port P`` when ``nccl_port`` is declared;
+- ``--served-model-name`` the served id, ``--tensor-parallel-size`` the tensor width,
+  ``--pipeline-parallel-size`` the stages (above 1), on a rank of a group of nodes ``--nnodes
+  --node-rank --master-addr --master-port`` (``--headless`` on ranks >= 1;
+  :mod:`~sie_worker.worker.launcher.ranks`), the worker's ``--host 127.0.0.1 --port N``,
+  ``--master-port P`` when ``nccl_port`` is declared (one node);
 - ``--disable-uvicorn-access-log`` (the worker logs each request itself, and vLLM would log
   every metrics scrape);
 - ``--dtype``, ``--max-model-len`` (the context length, from the same sources as SGLang's),
@@ -39,9 +42,10 @@ def vllm_argv(inputs: ArgvInputs) -> tuple[str, ...]:
     loadtime = profile.loadtime
     argv = inputs.command(family_of("vllm"))
     argv += inputs.model_source("--model")
-    argv += ["--served-model-name", served.id, "--tensor-parallel-size", str(options.width)]
+    argv += ["--served-model-name", served.id]
+    argv += inputs.parallel("vllm", "--tensor-parallel-size", "--pipeline-parallel-size")
     argv += ["--host", ENGINE_HOST, "--port", str(inputs.port)]
-    if inputs.nccl_port is not None:
+    if inputs.nccl_port is not None and inputs.group is None:
         argv += ["--master-port", str(inputs.nccl_port)]
     argv.append("--disable-uvicorn-access-log")
     if inputs.precision:

@@ -31,6 +31,7 @@ from sie_worker.worker.launcher.argv_default import default_argv
 from sie_worker.worker.launcher.argv_inputs import ENGINE_HOST, ArgvInputs
 from sie_worker.worker.launcher.argv_sglang import sglang_argv
 from sie_worker.worker.launcher.argv_vllm import vllm_argv
+from sie_worker.worker.launcher.ranks import GroupRank
 
 __all__ = [
     "ENGINE_HOST",
@@ -59,9 +60,10 @@ class LaunchPlan:
     env: Mapping[str, str]  # the delta over the worker's env: extra_env then the binding
     port: int
     nccl_port: int | None
-    health_path: str  # "/health"
+    health_path: str | None  # "/health"; None: a headless rank, ready once started
     options: LoadOptions
     cores: tuple[int, ...] | None = None  # cpu devices: the engine process's affinity
+    group: GroupRank | None = None  # this worker's rank of a group of nodes
 
     def summary(self) -> dict[str, object]:
         """What ``sie-worker plan`` prints (``cores``: the affinity it sets on cpu devices)."""
@@ -74,6 +76,10 @@ class LaunchPlan:
         }
         if self.cores is not None:
             summary["cores"] = core_list(self.cores)
+        if self.group is not None:
+            summary["rank"] = self.group.rank
+            summary["nodes"] = self.group.nodes
+            summary["rendezvous"] = f"{self.group.leader}:{self.group.port}"
         return summary
 
 
@@ -88,16 +94,24 @@ def plan_launch(
     sglang_version: str | None = None,
     share: float | None = None,
     kv_cache_gib: int | None = None,
+    group: GroupRank | None = None,
 ) -> LaunchPlan:
     """Everything the launcher needs for one engine. ``nccl_port`` is ignored by the
     transformers engine; ``sglang_version`` overrides the checked release (tests, tools);
     ``share`` is the engine's memory flag and ``kv_cache_gib`` vLLM's KV cache on cpu devices
-    (:func:`~sie_worker.sizing.memory_needs.engine_share`)."""
-    if len(devices) != options.width:
-        raise ValueError(f"{served.id}: width {options.width} placed on {len(devices)} devices")
+    (:func:`~sie_worker.sizing.memory_needs.engine_share`); ``group`` this worker's rank of
+    a model a group of nodes serves (its rendezvous port replaces ``nccl_port``)."""
+    if len(devices) != options.claim_width:
+        raise ValueError(
+            f"{served.id}: width {options.claim_width} placed on {len(devices)} devices"
+        )
+    if options.grouped != (group is not None):
+        raise ValueError(f"{served.id}: a group model needs its rank, and only it has one")
     engine = engine_of(options)
     cores = settings.cores_of(tuple(devices))
-    if engine == "vllm":
+    if group is not None:
+        nccl_port = group.port
+    elif engine == "vllm":
         # One node: vLLM finds its own rendezvous (a file store or a free port); a declared
         # nccl_port is its --master-port.
         nccl_port = options.nccl_port
@@ -111,7 +125,9 @@ def plan_launch(
         settings=settings,
         sglang_version=sglang_version,
         share=share,
+        group=group,
     )
+    headless = group is not None and not group.leads and engine == "vllm"
     return LaunchPlan(
         model=served.id,
         width=options.width,
@@ -120,9 +136,10 @@ def plan_launch(
         env=MappingProxyType(env_delta(served, devices, engine, cores, kv_cache_gib)),
         port=port,
         nccl_port=nccl_port,
-        health_path=family_of(engine).health_path,
+        health_path=None if headless else family_of(engine).health_path,
         options=options,
         cores=_affinity(engine, cores),
+        group=group,
     )
 
 
@@ -135,9 +152,10 @@ def engine_argv(
     settings: Settings,
     sglang_version: str | None = None,
     share: float | None = None,
+    group: GroupRank | None = None,
 ) -> tuple[str, ...]:
     """The engine's whole command line, built by its engine's builder."""
-    inputs = ArgvInputs(served, options, port, nccl_port, settings, sglang_version, share)
+    inputs = ArgvInputs(served, options, port, nccl_port, settings, sglang_version, share, group)
     return _ARGV[engine_of(options)](inputs)
 
 

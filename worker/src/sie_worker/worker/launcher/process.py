@@ -227,6 +227,15 @@ class EngineProcess:
             # load), then back off: a large model takes minutes and polls cost a little each.
             delay = min(delay * 1.5, _POLL_FAST_S if time.monotonic() - started < 10 else 0.5)
 
+    async def wait_started(self, settle_s: float = 1.0) -> None:
+        """A rank with no HTTP server (vLLM's headless ranks): ready once it has run for
+        ``settle_s`` without exiting (it then waits for the group's leader on its own)."""
+        await asyncio.wait({self._exited}, timeout=settle_s)
+        if self._exited.done():
+            await self._reader_drained()
+            raise self._startup_exit_error()
+        self.watch_ranks()
+
     def watch_ranks(self) -> None:
         """Note the group's ranks and shared memory (now that it is ready) and watch each
         rank: one exiting ends the engine (:attr:`ended`)."""

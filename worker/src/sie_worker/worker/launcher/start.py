@@ -9,7 +9,8 @@ binds it, so two loads starting at once could otherwise both pick it; a load's b
 are held until its engine is registered as running (or the load ends), then given back.
 An engine that finds its port taken anyway (another process bound it between the check
 and the engine's bind) is stopped and started again on another port, a bounded number of
-times; a declared rendezvous port (``nccl_port``) is kept.
+times; a declared rendezvous port (``nccl_port``) is kept, as is a group's
+(:mod:`~sie_worker.worker.launcher.ranks`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from sie_worker.sizing.memory_needs import EngineShare
 from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.plan import engine_env, engine_of, plan_launch
 from sie_worker.worker.launcher.process import EngineProcess, PortInUse
+from sie_worker.worker.launcher.ranks import group_rank
 
 __all__ = ["PORT_ATTEMPTS", "Booking", "PortBook", "RunningEngine", "StartGate", "start_engine"]
 
@@ -128,7 +130,8 @@ async def start_engine(
     memory, :func:`~sie_worker.sizing.memory_needs.engine_share`). Raises :class:`LoadFailed` (and
     its kinds: :class:`~sie_worker.worker.launcher.process.OutOfMemory` among them) or
     :class:`~sie_worker.errors.StartupTimeout`; a failed engine is always stopped."""
-    declared = options.nccl_port
+    group = group_rank(served.id, options.nccl_port, settings) if options.grouped else None
+    declared = group.port if group is not None else options.nccl_port
     # A declared rendezvous port is held too, so other loads' engine ports stay off it.
     nccl_port = booking.hold(declared) if declared else booking.pick(ports.RENDEZVOUS_PORTS)
     last_error: LoadFailed | None = None
@@ -143,6 +146,7 @@ async def start_engine(
             settings=settings,
             share=share.fraction if share is not None else None,
             kv_cache_gib=share.kv_cache_gib if share is not None else None,
+            group=group,
         )
         engine = await EngineProcess.start(
             served.id,
@@ -153,7 +157,10 @@ async def start_engine(
             ranks=family_of(engine_of(options)).rank_processes,
         )
         try:
-            await engine.wait_ready(client, plan.health_path, options.startup_timeout_s)
+            if plan.health_path is None:
+                await engine.wait_started()  # a headless rank: no HTTP to ask
+            else:
+                await engine.wait_ready(client, plan.health_path, options.startup_timeout_s)
         except PortInUse as exc:
             _log.warning("%s; retrying on another port", exc.message)
             last_error = exc
