@@ -110,6 +110,7 @@ PURE = {
     "sizing/layout.py": {"sie_worker.config.widths", "sie_worker.sizing.arithmetic"},
     "worker/lifecycle.py": {"sie_worker.model_states", "sie_worker.worker.records"},
     "backends/prefix.py": set(),
+    "model_server_series.py": set(),
     "backends/bound.py": set(),
     "router/policy.py": {
         "sie_worker.model_states",

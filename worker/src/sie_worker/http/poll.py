@@ -5,12 +5,13 @@ caller's."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import anyio
 import httpx
 
-__all__ = ["POLLED_PATHS", "PollError", "poll_answers"]
+__all__ = ["POLLED_PATHS", "PollError", "metrics_text", "poll_answers"]
 
 # What one poll fetches, in the order of its answers.
 POLLED_PATHS = ("/v1/models", "/v1/devices", "/readyz")
@@ -59,3 +60,19 @@ async def poll_answers(
         if response.status_code != 200:
             raise PollError(f"{response.request.url} answered {response.status_code}")
     return models, devices, ready
+
+
+async def metrics_text(
+    client: httpx.AsyncClient, url: str, timeout_s: float, *, log: logging.Logger, what: str
+) -> str | None:
+    """``url``'s ``/metrics`` text, or None (logged at info under ``what``) when it does not
+    answer 200 in time: a scrape leaves out what it cannot read rather than failing."""
+    try:
+        response = await client.get(url + "/metrics", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        log.info("%s: metrics not read: %s: %s", what, type(exc).__name__, exc)
+        return None
+    if response.status_code != 200:
+        log.info("%s: metrics not read: HTTP %d", what, response.status_code)
+        return None
+    return response.text

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import httpx
 
+from sie_worker.http.poll import metrics_text
 from sie_worker.model_server_series import ServerLoad, combine, parse, render
 
 __all__ = ["READ_TIMEOUT_S", "Slot", "pod_series", "read_timeout"]
@@ -57,15 +58,10 @@ def read_timeout(headers: Mapping[str, str]) -> float:
 
 
 async def _load(client: httpx.AsyncClient, url: str, timeout_s: float) -> ServerLoad | None:
-    try:
-        response = await client.get(url + "/metrics", timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        _log.info("%s: worker metrics not read: %s: %s", url, type(exc).__name__, exc)
+    text = await metrics_text(client, url, timeout_s, log=_log, what=f"{url} (worker)")
+    if text is None:
         return None
-    if response.status_code != 200:
-        _log.info("%s: worker metrics not read: HTTP %d", url, response.status_code)
-        return None
-    load = parse(response.text)
+    load = parse(text)
     if load is None:
         _log.info("%s: the worker's /metrics lacks the model-server series", url)
     return load

@@ -31,6 +31,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from sie_worker.config.engine_families import FAMILIES, LoadSeries
+from sie_worker.http.poll import metrics_text
 from sie_worker.model_server_series import ServerLoad, ratio
 
 __all__ = ["SCRAPE_TIMEOUT_S", "EngineScrape", "engine_load", "engine_metrics", "merge_families"]
@@ -128,12 +129,4 @@ class _Families:
 
 
 async def _fetch(client: httpx.AsyncClient, model: str, url: str, timeout_s: float) -> str | None:
-    try:
-        response = await client.get(url + "/metrics", timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        _log.info("%s: engine metrics not read: %s: %s", model, type(exc).__name__, exc)
-        return None
-    if response.status_code != 200:
-        _log.info("%s: engine metrics not read: HTTP %d", model, response.status_code)
-        return None
-    return response.text
+    return await metrics_text(client, url, timeout_s, log=_log, what=f"{model} (engine)")
