@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib.util
 import inspect
 import re
@@ -61,14 +62,10 @@ HEADER = (
 )
 
 
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    # One Markdown table writer for every generated page: the API pages' (docs_api.py).
+    table: Callable[[Sequence[str], Iterable[Sequence[object]]], str] = _docs_api()._table
+    return table(head, rows)
 
 
 # --- reserved flags and variables ------------------------------------------------------------
@@ -335,6 +332,7 @@ def _environment() -> str:
 # --- the pages -------------------------------------------------------------------------------
 
 
+@functools.cache
 def _docs_api() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         "sie_scripts_docs_api", Path(__file__).with_name("docs_api.py")

@@ -361,6 +361,13 @@ def test_generation_above_width_1_needs_a_read_cap() -> None:
     )
 
 
+def test_a_pipelined_width_is_named_by_both_factors_in_the_wide_generation_refusals() -> None:
+    found = refusals(served({"tensor_parallel_size": 2, "pipeline_parallel_size": 2}))
+    spans = "(width 4: tensor_parallel_size 2 x pipeline_parallel_size 2)"
+    assert spans in found[f"{LOADTIME}.startup_timeout_s"]
+    assert spans in found[f"{LOADTIME}.request_read_timeout_s"]
+
+
 def test_the_environment_read_cap_satisfies_generation_above_width_1() -> None:
     settings = Settings(devices=FOUR.devices, generate_read_timeout_s=300)
     options = resolve(served({"tensor_parallel_size": 2, "startup_timeout_s": 600}), settings)

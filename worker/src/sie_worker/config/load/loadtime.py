@@ -127,6 +127,13 @@ class _Resolver:
         }
         task = self._task(adapter)
         width, stages, local_width = self._width(adapter)
+        # How the refusals below name the width: the tensor width alone, or both factors.
+        spans = (
+            f"tensor_parallel_size {width}"
+            if stages == 1
+            else f"width {width}: tensor_parallel_size {width // stages} x "
+            f"pipeline_parallel_size {stages}"
+        )
         generation = task == "generate"
         release, checks = self._engine_checks(adapter)
         if "request_read_timeout_s" in loadtime:
@@ -135,11 +142,11 @@ class _Resolver:
             read_timeout = EMBEDDING_READ_TIMEOUT_S
         else:
             read_timeout = settings.generate_read_timeout_s
-        startup = self._startup(width, generation)
+        startup = self._startup(width, generation, spans)
         if generation and width > 1 and read_timeout is None:
             self.add(
                 "request_read_timeout_s",
-                f"is required for generation above width 1 (tensor_parallel_size {width}) "
+                f"is required for generation above width 1 ({spans}) "
                 "when SIE_SGLANG_GENERATE_READ_TIMEOUT_S is unset: a stalled GPU group sends "
                 "no bytes and raises no error; set a read cap in seconds, e.g. 600",
             )
@@ -299,14 +306,14 @@ class _Resolver:
             return None
         return float(self.loadtime[key])
 
-    def _startup(self, width: int, generation: bool) -> float:
+    def _startup(self, width: int, generation: bool, spans: str) -> float:
         settings = self.settings
         declared = "startup_timeout_s" in self.loadtime
         value = self._seconds("startup_timeout_s")
         if generation and width > 1 and not declared:
             self.add(
                 "startup_timeout_s",
-                f"is required for generation above width 1 (tensor_parallel_size {width}), "
+                f"is required for generation above width 1 ({spans}), "
                 "even when SIE_MODEL_READY_TIMEOUT_S is set: declare the measured startup "
                 "time including per-rank graph capture, e.g. 900",
             )
