@@ -24,6 +24,7 @@ __all__ = [
     "width_fits",
     "width_fits_heads",
     "width_problem",
+    "width_words",
 ]
 
 MAX_WIDTH = 8  # of the tensor width, and of the pipeline depth
@@ -32,6 +33,15 @@ MAX_WIDTH = 8  # of the tensor width, and of the pipeline depth
 def model_width(tensor: int, stages: int) -> int:
     """The devices a model claims in all: tensor width x pipeline stages."""
     return tensor * stages
+
+
+def width_words(width: int, stages: int) -> str:
+    """How a refusal names a model's width: the tensor width alone, or both factors."""
+    if stages == 1:
+        return f"tensor_parallel_size {width}"
+    return (
+        f"width {width}: tensor_parallel_size {width // stages} x pipeline_parallel_size {stages}"
+    )
 
 
 def rank_width(width: int, nodes: int) -> int:

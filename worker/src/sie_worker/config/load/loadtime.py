@@ -53,6 +53,7 @@ from sie_worker.config.widths import (
     stages_problem,
     width_fits,
     width_problem,
+    width_words,
 )
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import Settings
@@ -127,13 +128,7 @@ class _Resolver:
         }
         task = self._task(adapter)
         width, stages, local_width = self._width(adapter)
-        # How the refusals below name the width: the tensor width alone, or both factors.
-        spans = (
-            f"tensor_parallel_size {width}"
-            if stages == 1
-            else f"width {width}: tensor_parallel_size {width // stages} x "
-            f"pipeline_parallel_size {stages}"
-        )
+        spans = width_words(width, stages)
         generation = task == "generate"
         release, checks = self._engine_checks(adapter)
         if "request_read_timeout_s" in loadtime:
