@@ -81,3 +81,11 @@ def test_every_alert_the_chart_defines_has_its_runbook_anchor_on_the_operations_
     # mkdocs' toc slug of "### SieWorkerNotReady" is the alert's name in lower case, the
     # anchor runbookBaseUrl + "#" + lower(alert) points at.
     assert [a for a in alerts if f"\n### {a}\n" not in page] == []
+
+
+def test_the_load_time_options_page_has_a_row_for_every_sglang_option() -> None:
+    from sie_worker.config.flags.sglang_flags import SGLANG_OPTIONS
+
+    page = _PAGES[ROOT / "docs" / "reference" / "load-time-options.md"]
+    rows = {name: _REFERENCE.sglang_option_row(o) for name, o in SGLANG_OPTIONS.items()}
+    assert [name for name, row in rows.items() if row not in page] == []

@@ -17,7 +17,6 @@ the pod template), the operator's own relabelings (``namespace``, ``service``, `
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
 import subprocess
@@ -32,6 +31,7 @@ import pytest
 import yaml
 
 from tests.support import loopback
+from tests.support.ci import missing
 from tests.support.ports import free_port
 from tests.support.repo import ROOT
 
@@ -115,9 +115,7 @@ def tool(name: str) -> str:
     found = str(pinned) if pinned.exists() else shutil.which(name)
     if found is None:
         reason = f"{name} is not installed (scripts/setup-tools builds it into .tools/bin)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason}; CI=true requires it", pytrace=False)
-        pytest.skip(reason)
+        missing(reason)
     return found
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.ci import missing
 from tests.support.vllm_engine import VLLM_PYTHON
 
 from sie_worker.config.files.reader import parse_config
@@ -118,8 +119,9 @@ def _check_sglang(cases: list[tuple[dict[str, int], list[str]]], results: list[A
             assert values["dist_init_addr"] == f"{LEADER}:30401", argv
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="sglang is not installed")
 def test_sglangs_parser_and_server_args_read_every_ranks_argv() -> None:
+    if importlib.util.find_spec("sglang") is None:
+        missing("sglang is not installed (scripts/setup installs its parser)")
     cases = _cases("sglang", "sglang-cu130")
     results = _parse(
         Path(sys.executable), "sglang_parser_harness.py", [a for _, a in cases], server_args=True
@@ -127,8 +129,9 @@ def test_sglangs_parser_and_server_args_read_every_ranks_argv() -> None:
     _check_sglang(cases, results)
 
 
-@pytest.mark.skipif(not (OLD_PATH / "sglang").is_dir(), reason="no SGLang 0.5.10 parser")
 def test_the_old_sglang_bundles_parser_reads_every_ranks_argv() -> None:
+    if not (OLD_PATH / "sglang").is_dir():
+        missing(f"no SGLang 0.5.10 parser in {OLD_PATH} (scripts/setup-tools puts it there)")
     cases = _cases("sglang", "sglang")
     results = _parse(
         Path(sys.executable),

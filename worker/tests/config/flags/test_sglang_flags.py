@@ -7,7 +7,6 @@ each release passes, a value of another release is refused naming that release.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -282,40 +281,3 @@ def test_families_accept_what_sie_s_adapters_accept() -> None:
     assert {"attention_backend", "speculative", "served_model_name"} <= generation - embedding
     assert {"normalize", "append_eos", "query_template"} <= embedding - generation
     assert {"lora_paths", "max_loras_per_batch", "mem_fraction_static"} <= generation & embedding
-
-
-# --- the README's table is this table ----------------------------------------------------------
-
-_FAMILY_WORDS = {
-    frozenset({"generation", "embedding", "chat"}): "all",
-    frozenset({"generation", "chat"}): "generation",
-    frozenset({"embedding"}): "embedding",
-    frozenset({"chat"}): "chat",
-}
-_APPLIED_WORDS = {
-    "worker": "the worker",
-    "inert": "no effect",
-    "hook": "not applied",
-    "later": "refused",
-}
-
-
-def readme_row(name: str) -> str:
-    """The README's row for one option, rendered from the table."""
-    option = SGLANG_OPTIONS[name]
-    if option.applied == "flag":
-        how = f"`{option.flag}`" if option.flag else "release spelling, below"
-    else:
-        how = _APPLIED_WORDS[option.applied]
-        if option.flag and option.applied == "worker":
-            how += f" (`{option.flag}`)"
-    cells = [f"`{name}`", _FAMILY_WORDS[option.families], how, option.rule.accepts,
-             option.default, option.meaning]  # fmt: skip
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
-def test_the_readme_lists_every_option_as_the_table_says() -> None:
-    docs = Path(__file__).resolve().parents[4] / "docs" / "reference" / "load-time-options.md"
-    readme = docs.read_text(encoding="utf-8")
-    missing = [readme_row(name) for name in SGLANG_OPTIONS if readme_row(name) not in readme]
-    assert not missing, "README lacks (or has stale) rows:\n" + "\n".join(missing)

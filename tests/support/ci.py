@@ -1,0 +1,20 @@
+"""What a test does when a tool or environment it needs is missing: on a developer machine it
+skips, naming what to run; under CI (``CI=true``) it fails, since CI must run every check."""
+
+from __future__ import annotations
+
+import os
+from typing import NoReturn
+
+import pytest
+
+__all__ = ["IN_CI", "missing"]
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip the test for ``reason``, or fail it under ``CI=true``."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: a missing tool fails the run)", pytrace=False)
+    pytest.skip(reason)
