@@ -40,13 +40,13 @@ from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import plan_launch
 
+from tests.support.ci import missing
 from tests.support.config_strategies import json_values, mutated
 from tests.support.sie_wheel import catalogue_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "tests" / "support" / "sglang_parser_harness.py"
 OLD_PATH = Path(os.environ.get("SIE_SGLANG_OLD_PATH", ROOT / ".tools" / "sglang-0.5.10"))
-IN_CI = os.environ.get("CI", "").lower() == "true"
 EIGHT = ",".join(f"cuda:{i}" for i in range(8))
 SGLANG_MODULE = "sie_server.adapters.sglang."
 
@@ -191,12 +191,6 @@ def _run_parser(python_path: Path | None, argvs: list[list[str]]) -> list[dict[s
     return results
 
 
-def _missing(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{reason} (CI=true: a missing parser fails the run)", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.mark.parametrize("bundle", sorted(BUNDLE_VERSIONS))
 def test_sglang_of_the_bundle_accepts_every_planned_argv(
     bundle: str, plans: list[tuple[str, str, str, dict[str, Any]]]
@@ -204,11 +198,11 @@ def test_sglang_of_the_bundle_accepts_every_planned_argv(
     release = BUNDLE_VERSIONS[bundle]
     if release == PINNED_VERSION:
         if importlib.util.find_spec("sglang") is None:
-            _missing(f"no SGLang {release} in the venv: scripts/setup installs it")
+            missing(f"no SGLang {release} in the venv: scripts/setup installs it")
         path = None
     else:
         if not (OLD_PATH / "sglang").is_dir():
-            _missing(f"no SGLang {release} parser at {OLD_PATH}: scripts/setup-tools installs it")
+            missing(f"no SGLang {release} parser at {OLD_PATH}: scripts/setup-tools installs it")
         path = OLD_PATH
     cases = [(f"{f}:{p}", plan["argv"][3:]) for f, p, b, plan in plans if b == bundle]
     assert cases, f"no catalogue profile runs on {bundle}"
