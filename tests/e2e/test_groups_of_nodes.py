@@ -26,21 +26,34 @@ _STARTED = 60.0  # the group's start on a busy shared machine
 
 
 def _rank(
-    start_worker: Callable[..., WorkerProcess], config: dict[str, Any], nodes: int, rank: int
+    start_worker: Callable[..., WorkerProcess],
+    config: dict[str, Any],
+    nodes: int,
+    rank: int,
+    ports: list[int] | None = None,
 ) -> WorkerProcess:
+    """Rank ``rank``; with ``ports`` (every rank's, in rank order) the ranks watch each other
+    at ``SIE_NODE_ADDRESSES``, on this rank's port."""
     env = {
         "SIE_NODES": str(nodes),
         "SIE_NODE_RANK": str(rank),
         "SIE_LEADER_ADDRESS": "127.0.0.1",
         "SIE_PINNED_MODELS": MODEL,
     }
-    return start_worker([config], devices="cuda:0", env=env)
+    if ports is None:
+        return start_worker([config], devices="cuda:0", env=env)
+    env["SIE_NODE_ADDRESSES"] = ",".join(f"127.0.0.1:{port}" for port in ports)
+    return start_worker([config], devices="cuda:0", env=env, port=ports[rank])
 
 
 def _group(start_worker: Callable[..., WorkerProcess], nodes: int) -> list[WorkerProcess]:
-    """Start ranks N-1..0 (followers first: they wait for the leader), each on cuda:0."""
+    """Start ranks N-1..0 (followers first: they wait for the leader), each on cuda:0, each
+    watching the others."""
     config = fake_model(MODEL, width=nodes, nccl_port=free_port())
-    workers = {rank: _rank(start_worker, config, nodes, rank) for rank in reversed(range(nodes))}
+    ports = [free_port() for _ in range(nodes)]
+    workers = {
+        rank: _rank(start_worker, config, nodes, rank, ports) for rank in reversed(range(nodes))
+    }
     ranks = [workers[rank] for rank in range(nodes)]
     for worker in ranks:
         wait_until(lambda w=worker: _readyz(w)[0] == 200, timeout=_STARTED)
@@ -131,3 +144,23 @@ def test_a_follower_engine_dying_ends_its_worker_and_fails_the_group(
     assert leader.process.wait(timeout=60) == 3
     assert middle.process.wait(timeout=60) == 3
     assert "lost rank 2 of the group" in leader.logs()
+
+
+def test_a_follower_that_stops_answering_ends_the_leader_even_when_its_engine_does_not_notice(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    # A stopped follower keeps its engine's links open, so the leader's engine sees nothing
+    # (as a real vLLM leader sees nothing of a lost follower): only the watch can tell.
+    leader, follower = _group(start_worker, 2)
+    assert _complete(leader)[0] == 200
+    wait_until(lambda: "watching rank 1 of the group at http://127.0.0.1:" in leader.logs())
+    os.kill(follower.process.pid, signal.SIGSTOP)
+    try:
+        assert leader.process.wait(timeout=60) == 3
+    finally:
+        os.kill(follower.process.pid, signal.SIGCONT)
+    logs = leader.logs()
+    assert "rank 0 lost rank 1 of the group (its worker at http://127.0.0.1:" in logs
+    assert "so the group restarts whole" in logs
+    # The follower's engine then loses its leader, and the follower's worker ends too.
+    assert follower.process.wait(timeout=60) == 3

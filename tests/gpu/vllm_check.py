@@ -116,9 +116,14 @@ def _write_config(
 
 
 def _start_worker(
-    configs: Path, devices: str, command: str, log: Path, extra: dict[str, str] | None = None
+    configs: Path,
+    devices: str,
+    command: str,
+    log: Path,
+    extra: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> tuple[Any, str]:
-    port = free_port()
+    port = port or free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SIE_", "CUDA_VISIBLE"))}
     path = os.pathsep.join([str(ROOT / "worker" / "src"), str(ROOT), env.get("PYTHONPATH", "")])
     env.update(

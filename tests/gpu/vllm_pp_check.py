@@ -98,16 +98,22 @@ def pipeline_checks(llama: Path, devices: list[str], command: str, work: Path) -
 def _group_checks(llama: Path, devices: list[str], command: str, work: Path) -> None:
     _write_config(work / "configs", llama, 1, stages=2, nccl_port=free_port())
     ranks: list[tuple[Any, str]] = []
+    ports = [free_port(), free_port()]
     try:
         for rank in (1, 0):  # the follower first: it waits for the leader
             env = {
                 "SIE_NODES": "2",
                 "SIE_NODE_RANK": str(rank),
                 "SIE_LEADER_ADDRESS": "127.0.0.1",
+                # The ranks watch each other's workers (a leader's engine may not notice).
+                "SIE_NODE_ADDRESSES": ",".join(f"127.0.0.1:{port}" for port in ports),
                 "SIE_PINNED_MODELS": MODEL,
             }
             log = work / f"rank{rank}.log"
-            ranks.append(_start_worker(work / "configs", devices[rank], command, log, env))
+            worker = _start_worker(
+                work / "configs", devices[rank], command, log, env, port=ports[rank]
+            )
+            ranks.append(worker)
         (follower, follower_url), (leader, leader_url) = ranks
 
         def ready() -> str:

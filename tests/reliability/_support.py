@@ -197,6 +197,8 @@ class Launcher:
         config_dir: Path | None = None,
         args: Iterable[str] = (),
         wait: bool = True,
+        port: int | None = None,
+        prefix: Iterable[str] = (),
     ) -> Worker:
         index = len(self.workers)
         directory = config_dir or self.root / f"configs-{index}"
@@ -215,7 +217,9 @@ class Launcher:
         full_env.update(env or {})
         book = EngineBook()
         full_env[_MARKER] = book.marker
-        argv = [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(directory)]
+        # ``prefix``: a command the worker runs under (``taskset -c 1``: a node of one core).
+        serve = [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(directory)]
+        argv = [*prefix, *serve]
 
         def launch(port: int) -> tuple[Worker, subprocess.Popen[bytes], Path]:
             with log_path.open("ab") as log:
@@ -232,7 +236,8 @@ class Launcher:
         def ready(worker: Worker) -> None:
             wait_healthy(worker, timeout=60.0)
 
-        return start_on_free_port(launch, ready if wait else None)
+        # A chosen port (a group's ranks name each other's) is never retried on another.
+        return start_on_free_port(launch, ready if wait else None, port)
 
     def close(self) -> list[int]:
         """Stop every worker; return (after killing them) engine processes that outlived it."""

@@ -10,19 +10,25 @@ Outputs of random weights are checked for shape, never for text.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import psutil
 import pytest
 from openai import OpenAI
 
-from tests.reliability._support import Launcher, Worker, engine_of
+from tests.reliability._support import Launcher, Worker
+from tests.reliability._vllm import (
+    complete,
+    engine_group,
+    gone,
+    load,
+    rank_processes,
+    shared_memory,
+    stream,
+    vllm_shm_left,
+)
 from tests.support.sie_sdk import SdkRunner
 from tests.support.tiny_models import minilm_model_dir
 from tests.support.vllm_engine import vllm_command, vllm_model
@@ -34,7 +40,6 @@ TP2 = "tiny/llama-tp2"
 TP1 = "tiny/llama-tp1"
 BAD = "tiny/llama-bad-flag"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-SHM = Path("/dev/shm")
 
 
 @pytest.fixture(scope="module")
@@ -65,86 +70,20 @@ def worker(
     return module_launcher.start(configs, devices="cpu:0,cpu:1", env=env)
 
 
-def _load(worker: Worker, model: str) -> Any:
-    with worker.client(timeout=300) as client:
-        return client.post(f"/v1/models/{model}/load")
-
-
-def _group(worker: Worker, model: str) -> list[psutil.Process]:
-    """Every live process of the model's engine group (its API server first)."""
-    main = engine_of(worker, model)
-    members = [main]
-    for process in psutil.process_iter(["status"]):
-        if process.pid == main.pid or process.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        with contextlib.suppress(ProcessLookupError):
-            if os.getpgid(process.pid) == main.pid:
-                members.append(process)
-    return members
-
-
-def _ranks(group: list[psutil.Process]) -> dict[str, psutil.Process]:
-    """``{"VLLM::Worker_TP0": process, ...}``: the group's rank processes by title."""
-    found = {}
-    for process in group:
-        title = (process.cmdline() or [""])[0]
-        if title.startswith("VLLM::Worker_TP"):
-            found[title] = process
-    return found
-
-
-def _shared_memory(group: list[psutil.Process]) -> set[Path]:
-    """The /dev/shm files the group maps."""
-    found: set[Path] = set()
-    for process in group:
-        try:
-            maps = process.memory_maps(grouped=False)
-        except psutil.Error:
-            continue
-        found |= {Path(m.path) for m in maps if m.path.startswith(f"{SHM}/")}
-    return found
-
-
-def _gone(group: list[psutil.Process], files: set[Path]) -> bool:
-    alive = []
-    for process in group:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(process)
-    return not alive and not [f for f in files if f.exists()]
-
-
-def _complete(worker: Worker, model: str, **body: Any) -> Any:
-    with worker.client(timeout=300) as client:
-        return client.post(
-            "/v1/completions", json={"model": model, "prompt": "Hello", "max_tokens": 6, **body}
-        )
-
-
-def _stream(worker: Worker, path: str, body: dict[str, Any]) -> list[str]:
-    events: list[str] = []
-    with worker.client(timeout=300) as client, client.stream("POST", path, json=body) as answer:
-        assert answer.status_code == 200
-        for line in answer.iter_lines():
-            if line.startswith("data: "):
-                events.append(line[len("data: ") :])
-    return events
-
-
 def test_a_width_2_model_is_two_rank_processes_each_on_its_devices_core(worker: Worker) -> None:
-    loaded = _load(worker, TP2)
+    loaded = load(worker, TP2)
     assert loaded.status_code == 200, loaded.text
     assert loaded.json()["devices"] == ["cpu:0", "cpu:1"]
-    group = _group(worker, TP2)
-    ranks = _ranks(group)
+    group = engine_group(worker, TP2)
+    ranks = rank_processes(group)
     assert sorted(ranks) == ["VLLM::Worker_TP0", "VLLM::Worker_TP1"]
     assert ranks["VLLM::Worker_TP0"].cpu_affinity() == [0]
     assert ranks["VLLM::Worker_TP1"].cpu_affinity() == [1]
-    assert _shared_memory(group), "the ranks' all-reduce buffers are in /dev/shm"
+    assert shared_memory(group), "the ranks' all-reduce buffers are in /dev/shm"
 
 
 def test_completions_chat_and_streams_come_back_through_the_worker(worker: Worker) -> None:
-    completion = _complete(worker, TP2)
+    completion = complete(worker, TP2)
     assert completion.status_code == 200, completion.text
     body = completion.json()
     assert body["model"] == TP2
@@ -157,7 +96,7 @@ def test_completions_chat_and_streams_come_back_through_the_worker(worker: Worke
         )
     assert chat.status_code == 200, chat.text
     assert chat.json()["choices"][0]["message"]["role"] == "assistant"
-    events = _stream(
+    events = stream(
         worker,
         "/v1/chat/completions",
         {"model": TP2, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5,
@@ -210,16 +149,16 @@ def test_vllms_own_series_pass_through_the_workers_metrics(worker: Worker) -> No
 
 
 def test_a_rank_killed_fails_the_model_and_the_next_request_loads_it_again(worker: Worker) -> None:
-    group = _group(worker, TP2)
-    files = _shared_memory(group)
-    rank = _ranks(group)["VLLM::Worker_TP1"]
+    group = engine_group(worker, TP2)
+    files = shared_memory(group)
+    rank = rank_processes(group)["VLLM::Worker_TP1"]
     rank.send_signal(signal.SIGKILL)
     wait_until(lambda: worker.models()[TP2]["state"] == "failed", timeout=60)
     model = worker.models()[TP2]
     assert f"its rank process 'VLLM::Worker_TP1' (pid {rank.pid}) exited" in model["error"]
     assert model["devices"] == []
-    wait_until(lambda: _gone(group, files), timeout=60)  # every process, every shm file
-    again = _complete(worker, TP2)
+    wait_until(lambda: gone(group, files), timeout=60)  # every process, every shm file
+    again = complete(worker, TP2)
     assert again.status_code == 200, again.text
     assert worker.models()[TP2]["state"] == "ready"
 
@@ -227,22 +166,22 @@ def test_a_rank_killed_fails_the_model_and_the_next_request_loads_it_again(worke
 def test_a_width_1_model_evicts_the_group_and_shares_its_device_with_a_default_engine_model(
     worker: Worker,
 ) -> None:
-    group = _group(worker, TP2)
-    files = _shared_memory(group)
-    assert _load(worker, TP1).status_code == 200  # every device is the group's: it goes
-    wait_until(lambda: _gone(group, files), timeout=60)
+    group = engine_group(worker, TP2)
+    files = shared_memory(group)
+    assert load(worker, TP1).status_code == 200  # every device is the group's: it goes
+    wait_until(lambda: gone(group, files), timeout=60)
     assert worker.models()[TP2]["state"] == "unloaded"
-    assert _load(worker, MINILM).status_code == 200
+    assert load(worker, MINILM).status_code == 200
     models = worker.models()
     assert models[TP1]["devices"] == models[MINILM]["devices"]  # one device, by memory
     shared = {d["device"]: d["models"] for d in worker.get("/v1/devices")["devices"]}
     assert sorted(shared[models[TP1]["devices"][0]]) == sorted([TP1, MINILM])
-    assert _complete(worker, TP1).status_code == 200
+    assert complete(worker, TP1).status_code == 200
     # Its LoRA adapter, named as SGLang's clients name one: vLLM gets it as the model.
-    adapted = _complete(worker, f"{TP1}:sql")
+    adapted = complete(worker, f"{TP1}:sql")
     assert adapted.status_code == 200, adapted.text
     assert adapted.json()["usage"]["completion_tokens"] == 6
-    unknown = _complete(worker, TP1, lora_path="nope")
+    unknown = complete(worker, TP1, lora_path="nope")
     assert unknown.status_code == 404, unknown.text
     with worker.client(timeout=120) as client:
         embedded = client.post("/v1/embeddings", json={"model": MINILM, "input": "Hello"})
@@ -250,16 +189,16 @@ def test_a_width_1_model_evicts_the_group_and_shares_its_device_with_a_default_e
     assert len(embedded.json()["data"][0]["embedding"]) == 384
 
 
-def test_unloading_leaves_no_process_and_no_shared_memory(worker: Worker) -> None:
-    group = _group(worker, TP1)
-    files = _shared_memory(group)
+def test_unloading_leaves_no_process_and_noshared_memory(worker: Worker) -> None:
+    group = engine_group(worker, TP1)
+    files = shared_memory(group)
     with worker.client(timeout=120) as client:
         assert client.post(f"/v1/models/{TP1}/unload").status_code == 200
-    assert _gone(group, files)  # the unload answers once the engine is gone
+    assert gone(group, files)  # the unload answers once the engine is gone
 
 
 def test_a_flag_vllm_refuses_fails_the_load_with_vllms_own_message(worker: Worker) -> None:
-    refused = _load(worker, BAD)
+    refused = load(worker, BAD)
     assert refused.status_code == 502, refused.text
     error = refused.json()["error"]
     assert error["code"] == "load_failed"
@@ -270,7 +209,5 @@ def test_a_flag_vllm_refuses_fails_the_load_with_vllms_own_message(worker: Worke
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_vllm_shared_memory_left(worker: Worker) -> Iterator[None]:
-    before = set(SHM.glob("vllm*"))
-    yield
-    left = set(SHM.glob("vllm*")) - before
-    assert not left, f"shared memory of vLLM engines left behind: {sorted(left)}"
+    with vllm_shm_left():
+        yield

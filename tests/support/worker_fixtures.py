@@ -183,6 +183,7 @@ def start_worker(
         api_key: str | None = None,
         config_dir: Path | None = None,
         wait: bool = True,
+        port: int | None = None,
     ) -> WorkerProcess:
         directory = config_dir or tmp_path / f"configs-{len(workers)}"
         directory.mkdir(parents=True, exist_ok=True)
@@ -222,7 +223,8 @@ def start_worker(
             workers.append(worker)
             return worker, process, log_path
 
-        return start_on_free_port(launch, wait_healthy if wait else None)
+        # A chosen port (a group's ranks name each other's) is never retried on another.
+        return start_on_free_port(launch, wait_healthy if wait else None, port)
 
     yield start
     leftovers = []

@@ -24,6 +24,7 @@ __all__ = [
     "WeightsDownload",
     "env_int",
     "env_seconds",
+    "split_address",
 ]
 
 ConfigApiMode = Literal["read-write", "read-only", "disabled"]
@@ -68,6 +69,9 @@ class Settings:
     nodes: int = 1
     node_rank: int = 0
     leader_address: str | None = None
+    # SIE_NODE_ADDRESSES: every rank's worker, rank 0 first ("host" or "host:port"; the port
+    # defaults to this worker's): where a rank watches the others (worker/group_peers.py).
+    node_addresses: tuple[str, ...] = ()
     host: str = "0.0.0.0"
     port: int = 8080
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -142,6 +146,7 @@ class Settings:
             nodes=nodes,
             node_rank=node_rank,
             leader_address=leader,
+            node_addresses=_node_addresses(env, nodes),
         )
 
 
@@ -189,6 +194,58 @@ def _node_group(env: Mapping[str, str]) -> tuple[int, int, str | None]:
             "each model's rendezvous port"
         )
     return nodes, rank, leader
+
+
+def _node_addresses(env: Mapping[str, str], nodes: int) -> tuple[str, ...]:
+    """``SIE_NODE_ADDRESSES``: one address per rank of the group, rank 0 first, each a host
+    (the worker's port assumed) or ``host:port`` (``[v6]:port``)."""
+    raw = env.get("SIE_NODE_ADDRESSES", "").strip()
+    if not raw:
+        return ()
+    if nodes < 2:
+        raise SettingsError(
+            "SIE_NODE_ADDRESSES: set, but this worker is no rank of a group (SIE_NODES is "
+            "unset); unset it for one node"
+        )
+    entries = tuple(entry.strip() for entry in raw.split(","))
+    if len(entries) != nodes or not all(entries):
+        raise SettingsError(
+            f"SIE_NODE_ADDRESSES: needs {nodes} addresses, one per rank of SIE_NODES={nodes}, "
+            f"rank 0 first, comma-separated (host or host:port), got {raw!r}"
+        )
+    for entry in entries:
+        if split_address(entry) is None:
+            raise SettingsError(
+                f"SIE_NODE_ADDRESSES: {entry!r} is not a host or host:port (an IPv6 address "
+                "with a port in brackets: [fd00::1]:8080); no scheme or path"
+            )
+    return entries
+
+
+def split_address(entry: str) -> tuple[str, int | None] | None:
+    """``(host, port or None)`` of ``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare
+    IPv6 address; None when it is none of them."""
+    if any(c.isspace() or c in "/@?#" for c in entry) or not entry:
+        return None
+    host, port = entry, ""
+    if entry.startswith("["):
+        host, bracket, rest = entry[1:].partition("]")
+        if not bracket or not host or (rest and not rest.startswith(":")):
+            return None
+        port = rest[1:] if rest else ""
+        if rest and not port:
+            return None
+    elif entry.count(":") == 1:
+        host, port = entry.split(":")
+        if not port:
+            return None
+    if not host or "[" in host or "]" in host:
+        return None
+    if not port:
+        return host, None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host, int(port)
 
 
 def _command(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:

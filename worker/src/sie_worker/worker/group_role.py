@@ -11,6 +11,9 @@ rank's engine exiting does.
   with :data:`GROUP_EXIT_STATUS` (after the usual drain and engine stops), so the group's
   pods restart together (LeaderWorkerSet ``RecreateGroupOnPodRestart``): a rank cannot
   rejoin a running group's rendezvous alone.
+- Each rank watches the other ranks' workers (:mod:`~sie_worker.worker.group_watch`): a
+  peer gone ends this worker the same way, its group engines stopped first so that requests
+  in flight get an error instead of waiting on an engine that lost its peer.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from sie_worker.config.model import ServedModel
 from sie_worker.config.widths import width_fits
 from sie_worker.errors import NotLeader
 from sie_worker.settings import Settings
+from sie_worker.worker.group_peers import peer_urls
 
 __all__ = ["GROUP_EXIT_STATUS", "GroupRole"]
 
@@ -44,6 +48,8 @@ class GroupRole:
         self._devices = len(settings.devices)
         self._stop = stop
         self.exit_status = 0
+        # The other ranks' workers; None: not known (no SIE_NODE_ADDRESSES, no LWS name).
+        self.peers = peer_urls(settings)
 
     @property
     def grouped(self) -> bool:
@@ -74,15 +80,20 @@ class GroupRole:
 
     def engine_failed(self, model_id: str, why: str) -> None:
         """A group model's engine rank ended or failed to start: end this worker."""
+        self._end(f"{model_id}: rank {self.rank} of the group's engine ended ({why})")
+
+    def peer_lost(self, rank: int, why: str) -> None:
+        """Another rank's worker is gone (:mod:`~sie_worker.worker.group_watch`): end this
+        worker."""
+        self._end(f"rank {self.rank} lost rank {rank} of the group ({why})")
+
+    def _end(self, what: str) -> None:
         if self.exit_status:
             return
         self.exit_status = GROUP_EXIT_STATUS
         _log.error(
-            "%s: rank %d of the group's engine ended (%s); stopping this worker with status "
-            "%d so the group restarts whole",
-            model_id,
-            self.rank,
-            why,
+            "%s; stopping this worker with status %d so the group restarts whole",
+            what,
             GROUP_EXIT_STATUS,
         )
         self._stop()

@@ -21,6 +21,7 @@ Invariants kept here (and checked by the API tests):
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -39,6 +40,7 @@ from sie_worker.errors import (
 )
 from sie_worker.settings import Settings
 from sie_worker.worker.group_role import GroupRole
+from sie_worker.worker.group_watch import watch_peers
 from sie_worker.worker.launcher.group_guard import start_group_guard
 from sie_worker.worker.launcher.plan import exports_metrics
 from sie_worker.worker.launcher.start import RunningEngine
@@ -59,6 +61,7 @@ __all__ = ["ModelManager"]
 # Loads one request may wait through before it gives up (the model can be evicted again
 # between its load and the request's turn).
 _ACQUIRE_ATTEMPTS = 3
+_log = logging.getLogger("sie_worker.manager")
 _ENGINE_WITHHELD_ENV = frozenset({"SIE_API_KEY"})
 
 
@@ -90,6 +93,7 @@ class ModelManager:
         self._loader = Loader(table, settings, client, engine_env, self._weights)
         self._keeper = PinKeeper(self.records.values, self._ensure_loading)
         table.on_crash = self._crashed
+        self._peer_watch: asyncio.Task[None] | None = None
         for config in configs.values():
             self._add_config(config)
         for model_id in settings.pinned_models:
@@ -100,11 +104,40 @@ class ModelManager:
     # --- lifecycle of the manager -----------------------------------------------------
 
     def start(self) -> None:
-        """Start loading pinned models in the background (``/readyz`` waits for them)."""
+        """Start loading pinned models in the background (``/readyz`` waits for them), and on
+        a group of nodes the watch on the other ranks."""
         start_group_guard()
         self._keeper.start()
+        group = self.group
+        if group.grouped and group.peers is None:
+            _log.warning(
+                "rank %d cannot watch the other ranks of its group: SIE_NODE_ADDRESSES is unset "
+                "and SIE_LEADER_ADDRESS %r is no LeaderWorkerSet pod name; set "
+                "SIE_NODE_ADDRESSES (every rank's worker, rank 0 first) so that a rank gone "
+                "ends the group",
+                group.rank,
+                group.leader,
+            )
+        elif group.peers:
+            task = asyncio.create_task(watch_peers(group.peers, self._peer_lost), name="peers")
+            task.add_done_callback(consume_exception)
+            self._peer_watch = task
+
+    async def _peer_lost(self, rank: int, why: str) -> None:
+        """Another rank is gone: stop the group's engines here (requests in flight get an
+        error at once), then end this worker."""
+        table = self._table
+        async with table.lock:
+            for record in self.records.values():
+                if record.running is not None and self.group.serves_group(record.served):
+                    failure = f"lost rank {rank} of the group of nodes: {why}"
+                    table.release(record, "engine_exit", drain=False, failure=failure)
+        self.group.peer_lost(rank, why)
 
     async def shutdown(self) -> None:
+        if self._peer_watch is not None:
+            self._peer_watch.cancel()
+            await asyncio.gather(self._peer_watch, return_exceptions=True)
         await self._keeper.stop()
         loads = [r.load_task for r in self.records.values() if r.load_task is not None]
         for task in loads:

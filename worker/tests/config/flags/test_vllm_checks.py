@@ -44,9 +44,15 @@ def _doc(
     }
 
 
-def _load(loadtime: dict[str, Any], *, bundle: str = "vllm", **kwargs: Any) -> LoadOptions:
+def _load(
+    loadtime: dict[str, Any],
+    *,
+    bundle: str = "vllm",
+    devices: tuple[str, ...] = ("cuda:0", "cuda:1"),
+    **kwargs: Any,
+) -> LoadOptions:
     served = served_model(parse_config(_doc(loadtime, **kwargs), source="m.yaml"), "default")
-    settings = Settings(devices=("cuda:0", "cuda:1"), bundle=bundle)
+    settings = Settings(devices=devices, bundle=bundle)
     return resolve_load_options(served, settings, env={})
 
 
@@ -226,3 +232,42 @@ def test_a_flag_missing_from_a_release_is_refused_naming_it() -> None:
         "model from a bundle whose vLLM has it"
     )
     assert option_problem("kv_cache_dtype", "fp8", RELEASE) is None
+
+
+CPUS = ("cpu:0", "cpu:1")
+STAGES = {
+    "pipeline_parallel_size": 2,
+    "tensor_parallel_size": 1,
+    "startup_timeout_s": 300,
+    "request_read_timeout_s": 120,
+}
+
+
+@pytest.mark.parametrize(
+    ("loadtime", "args", "where", "says"),
+    [
+        ({"enforce_eager": True}, None, f"{LT}.enforce_eager", "drop it"),
+        ({"lora_paths": {"sql": "org/sql-lora"}}, None, f"{LT}.lora_paths", "LoRA forces"),
+        ({}, ["--enforce-eager"], f"{ARGS}[0]", "'--enforce-eager' is refused"),
+        ({}, ["--enforce_eager"], f"{ARGS}[0]", "'--enforce_eager' is refused"),
+        ({}, ["-cc", '{"mode": 0}'], f"{ARGS}[0]", "the worker sets the compilation mode"),
+        ({}, ["--compilation-config.mode=0"], f"{ARGS}[0]", "remove it"),
+        ({}, ["-O0"], f"{ARGS}[0]", "'-O0' is refused"),
+    ],
+)
+def test_what_forces_compilation_mode_none_is_refused_for_stages_on_cpu_devices(
+    loadtime: dict[str, Any], args: list[str] | None, where: str, says: str
+) -> None:
+    refused = _refusal({**STAGES, **loadtime}, devices=CPUS, args=args)
+    assert says in refused[where]
+    assert "with pipeline_parallel_size 2 on cpu devices" in refused[where]
+    assert "skips its warm-up in compilation mode NONE" in refused[where]
+    # On GPUs, and with one stage on cpu devices, the same options are the config's to set.
+    assert _load({**STAGES, **loadtime}, args=args).stages == 2
+    one_stage = {**STAGES, "pipeline_parallel_size": 1, "tensor_parallel_size": 2, **loadtime}
+    assert _load(one_stage, devices=CPUS, args=args).width == 2
+
+
+def test_stages_on_cpu_devices_without_eager_options_load() -> None:
+    options = _load({**STAGES, "enforce_eager": False}, devices=CPUS, args=["--max-num-seqs", "4"])
+    assert (options.width, options.stages) == (2, 2)

@@ -209,3 +209,18 @@ def test_vllm_and_sglang_export_their_metrics_and_the_default_engine_does_not() 
         "default",
     )  # fmt: skip
     assert not exports_metrics(resolve_load_options(transformers, settings, env={}))
+
+
+def test_pipeline_stages_on_cpu_devices_run_traced_so_later_stages_get_their_warm_up() -> None:
+    timeouts = {"startup_timeout_s": 300, "request_read_timeout_s": 120}
+    model = _served({"pipeline_parallel_size": 2, "tensor_parallel_size": 1, **timeouts})
+    on_cpu = _plan(model, Settings(devices=("cpu:0", "cpu:1"), bundle="vllm"))
+    assert _value(on_cpu.argv, "--pipeline-parallel-size") == "2"
+    assert _value(on_cpu.argv, "--compilation-config") == '{"mode": 2, "backend": "eager"}'
+    # What the config says on GPUs, and one stage on cpu devices, is left as it is.
+    assert "--compilation-config" not in _plan(model).argv
+    one_stage = _served({"tensor_parallel_size": 2, **timeouts})
+    assert (
+        "--compilation-config"
+        not in _plan(one_stage, Settings(devices=("cpu:0", "cpu:1"), bundle="vllm")).argv
+    )

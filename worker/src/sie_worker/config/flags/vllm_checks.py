@@ -16,6 +16,14 @@ abbreviations, short aliases):
 
 A value vLLM's parser refuses (``--max-num-seqs many``) is not checked here: the engine then
 exits at start and the load fails with vLLM's own message.
+
+Pipeline stages on cpu devices: vLLM's CPU build skips its warm-up in compilation mode NONE
+(upstream PR #50547), and the warm-up is what creates the buffer later stages receive into,
+so a pipelined engine in that mode reports ready and then fails its first request
+(``assert self.intermediate_tensors is not None``). The launcher gives such an engine a mode
+that warms up (:data:`PIPELINE_ON_CPU_COMPILATION`); what would force mode NONE is refused at
+load, naming it: ``enforce_eager: true``, ``lora_paths`` (LoRA forces the mode on CPU), and
+``--enforce-eager``, ``--compilation-config``/``-cc`` or ``-O`` in ``extra_launch_args``.
 """
 
 from __future__ import annotations
@@ -35,7 +43,13 @@ from sie_worker.config.flags.vllm_flags import VLLM_OPTIONS, option_problem
 from sie_worker.config.flags.vllm_release import engine_version
 from sie_worker.config.model import JsonPath, ServedModel
 
-__all__ = ["VLLMChecks", "vllm_release_of"]
+__all__ = ["PIPELINE_ON_CPU_COMPILATION", "VLLMChecks", "vllm_release_of"]
+
+# Traced, not compiled: the warm-up runs (about 3 s for a small model) and no compiler is
+# needed. What the launcher passes a vLLM engine of pipeline stages on cpu devices.
+PIPELINE_ON_CPU_COMPILATION = '{"mode": 2, "backend": "eager"}'
+# dests of extra_launch_args that would set the compilation mode the worker sets.
+_COMPILATION_DESTS = frozenset({"enforce_eager", "compilation_config", "optimization_level"})
 
 # Checked by the resolver itself (width, timeouts, the rendezvous port).
 _CHECKED_BY_RESOLVER = frozenset(
@@ -64,14 +78,71 @@ def vllm_release_of(bundle: str, env: Mapping[str, str]) -> Release:
 
 
 class VLLMChecks:
-    def __init__(self, served: ServedModel, loadtime: Mapping[str, Any], release: Release) -> None:
+    def __init__(
+        self,
+        served: ServedModel,
+        loadtime: Mapping[str, Any],
+        release: Release,
+        *,
+        on_cpu: bool = False,
+    ) -> None:
         self.served = served
         self.loadtime = loadtime
         self.release = release
         self.warnings: list[str] = []
+        stages = loadtime.get("pipeline_parallel_size", 1)
+        # The stages of a pipelined engine on cpu devices (0: none; see the module docstring).
+        self._cpu_stages = (
+            stages if on_cpu and isinstance(stages, int) and not isinstance(stages, bool) else 0
+        )
+        if self._cpu_stages < 2:
+            self._cpu_stages = 0
 
     def problems(self) -> list[tuple[Where, str]]:
-        return self._options() + self._extra_args()
+        return self._options() + self._extra_args() + self._pipeline_on_cpu()
+
+    def _pipeline_on_cpu(self) -> list[tuple[Where, str]]:
+        """What would force compilation mode NONE on a pipelined engine on cpu devices."""
+        stages = self._cpu_stages
+        if not stages:
+            return []
+        why = (
+            f"with pipeline_parallel_size {stages} on cpu devices: vLLM's CPU build skips its "
+            "warm-up in compilation mode NONE, and its later pipeline stages then fail on their "
+            "first request"
+        )
+        found: list[tuple[Where, str]] = []
+        if self.loadtime.get("enforce_eager") is True:
+            found.append(
+                (
+                    "enforce_eager",
+                    f"true is refused {why}; drop it (the worker runs such an engine traced, "
+                    f"not compiled: --compilation-config '{PIPELINE_ON_CPU_COMPILATION}'), or "
+                    "set pipeline_parallel_size: 1",
+                )
+            )
+        if self.loadtime.get("lora_paths"):
+            found.append(
+                (
+                    "lora_paths",
+                    f"is refused {why} (LoRA forces that mode on CPU); serve the adapters at "
+                    "pipeline_parallel_size: 1, or on cuda devices",
+                )
+            )
+        table, profile = self.release.table, self.served.profile
+        if table is None:
+            return found
+        for index, token in enumerate(profile.extra_launch_args):
+            if resolve(token, table).dest in _COMPILATION_DESTS:
+                found.append(
+                    (
+                        (*profile.launch_args_path, index),
+                        f"{token!r} is refused {why}: the worker sets the compilation mode of "
+                        f"such an engine (--compilation-config '{PIPELINE_ON_CPU_COMPILATION}'); "
+                        "remove it",
+                    )
+                )
+        return found
 
     def _options(self) -> list[tuple[Where, str]]:
         found: list[tuple[Where, str]] = []

@@ -285,7 +285,8 @@ class _Resolver:
             checks = SGLangChecks(adapter, self.served, self.loadtime, release)
         elif adapter.engine == "vllm":
             release = vllm_release_of(bundle, self.env)
-            checks = VLLMChecks(self.served, self.loadtime, release)
+            on_cpu = not self.settings.devices[0].startswith("cuda")
+            checks = VLLMChecks(self.served, self.loadtime, release, on_cpu=on_cpu)
         else:
             return None, None
         for where, message in checks.problems():

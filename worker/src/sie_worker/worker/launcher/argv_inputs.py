@@ -22,7 +22,8 @@ ENGINE_HOST = "127.0.0.1"
 class ArgvInputs:
     """One load's command-line inputs: the model, its checked options, the engine's ports,
     the worker's settings, a release to build for instead of the checked one (tests, tools),
-    and the engine's memory flag (its share; None: the declared option as it is)."""
+    the engine's memory flag (its share; None: the declared option as it is), this worker's
+    rank of a group of nodes, and whether the block is of cpu devices."""
 
     served: ServedModel
     options: LoadOptions
@@ -32,6 +33,7 @@ class ArgvInputs:
     version: str | None = None
     share: float | None = None
     group: GroupRank | None = None  # this worker's rank of a group model's engine
+    on_cpu: bool = False  # placed on cpu devices
 
     def parallel(self, engine: EngineKind, tensor_flag: str, stages_flag: str) -> list[str]:
         """The tensor width, the pipeline stages (above 1) and, for a rank of a group of

@@ -19,6 +19,10 @@
   ``--enable-prefix-caching``/``--no-enable-prefix-caching`` as declared;
 - with ``lora_paths``: ``--enable-lora --max-loras N [--max-lora-rank R] --lora-modules
   name=path ...``;
+- pipeline stages on cpu devices: ``--compilation-config '{"mode": 2, "backend": "eager"}'``
+  (vLLM's CPU build warms up only in a compilation mode other than NONE, and later stages
+  fail their first request without that warm-up; what forces NONE is refused at load:
+  :mod:`~sie_worker.config.flags.vllm_checks`);
 - ``extra_launch_args``.
 """
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 from sie_worker.config.adapters import resolve_adapter
 from sie_worker.config.engine_families import family_of
+from sie_worker.config.flags.vllm_checks import PIPELINE_ON_CPU_COMPILATION
 from sie_worker.config.flags.vllm_flags import VLLM_OPTIONS, vllm_lora_args
 from sie_worker.worker.launcher.argv_inputs import ENGINE_HOST, ArgvInputs
 
@@ -73,5 +78,7 @@ def vllm_argv(inputs: ArgvInputs) -> tuple[str, ...]:
         argv += vllm_lora_args(
             options.loras, options.max_loras_per_batch or 4, rank if isinstance(rank, int) else None
         )
+    if inputs.on_cpu and options.stages > 1:
+        argv += ["--compilation-config", PIPELINE_ON_CPU_COMPILATION]
     argv += profile.extra_launch_args
     return tuple(argv)

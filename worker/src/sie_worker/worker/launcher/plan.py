@@ -126,6 +126,7 @@ def plan_launch(
         sglang_version=sglang_version,
         share=share,
         group=group,
+        on_cpu=not devices[0].startswith("cuda"),
     )
     headless = group is not None and not group.leads and engine == "vllm"
     return LaunchPlan(
@@ -153,9 +154,12 @@ def engine_argv(
     sglang_version: str | None = None,
     share: float | None = None,
     group: GroupRank | None = None,
+    on_cpu: bool = False,
 ) -> tuple[str, ...]:
     """The engine's whole command line, built by its engine's builder."""
-    inputs = ArgvInputs(served, options, port, nccl_port, settings, sglang_version, share, group)
+    inputs = ArgvInputs(
+        served, options, port, nccl_port, settings, sglang_version, share, group, on_cpu
+    )
     return _ARGV[engine_of(options)](inputs)
 
 
