@@ -263,8 +263,9 @@ def test_make_test_builds_the_control_plane_beside_the_pytest_step() -> None:
     dry_run = make_dry_run("test").splitlines()
     assert dry_run == [
         "scripts/setup",
-        "scripts/setup-vllm & vllm=$!; scripts/setup-tools --no-cluster; tools=$?; \\",
-        "  wait $vllm && exit $tools",
+        "scripts/setup-vllm & vllm=$!; scripts/setup-sglang & sglang=$!; \\",
+        "  scripts/setup-tools --no-cluster; tools=$?; \\",
+        "  wait $vllm && wait $sglang && exit $tools",
         "scripts/test --build-cluster",
     ]
 

@@ -548,7 +548,7 @@ sie_worker.config.flags.launch_rules.BINDING_VARIABLES.
 Usage: {{ include "sie-workers.engineBindingVariables" . | fromJsonArray }}
 */}}
 {{- define "sie-workers.engineBindingVariables" -}}
-["VLLM_CPU_OMP_THREADS_BIND"]
+["VLLM_CPU_OMP_THREADS_BIND", "SGLANG_CPU_OMP_THREADS_BIND"]
 {{- end -}}
 
 {{/*

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from tests.reliability._support import Launcher, Worker
-from tests.reliability._vllm import (
+from tests.reliability._engine_group import (
     complete,
     engine_group,
     gone,
@@ -29,6 +28,7 @@ from tests.reliability._vllm import (
     stream,
     vllm_shm_left,
 )
+from tests.reliability._support import Launcher, Worker
 from tests.support.sie_sdk import SdkRunner
 from tests.support.tiny_models import minilm_model_dir
 from tests.support.vllm_engine import vllm_command, vllm_model
@@ -189,7 +189,7 @@ def test_a_width_1_model_evicts_the_group_and_shares_its_device_with_a_default_e
     assert len(embedded.json()["data"][0]["embedding"]) == 384
 
 
-def test_unloading_leaves_no_process_and_noshared_memory(worker: Worker) -> None:
+def test_unloading_leaves_no_process_and_no_shared_memory(worker: Worker) -> None:
     group = engine_group(worker, TP1)
     files = shared_memory(group)
     with worker.client(timeout=120) as client:

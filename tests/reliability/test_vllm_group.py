@@ -24,14 +24,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.reliability._support import Launcher, Worker, engine_of
-from tests.reliability._vllm import (
+from tests.reliability._engine_group import (
     engine_group,
     gone,
     rank_processes,
     shared_memory,
     vllm_shm_left,
 )
+from tests.reliability._support import Launcher, Worker, engine_of
 from tests.support.ports import free_port
 from tests.support.repo import ROOT
 from tests.support.vllm_engine import vllm_command, vllm_model

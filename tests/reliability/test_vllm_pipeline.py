@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability._support import Launcher, Worker
-from tests.reliability._vllm import (
+from tests.reliability._engine_group import (
     complete,
     engine_group,
     gone,
@@ -29,6 +28,7 @@ from tests.reliability._vllm import (
     stream,
     vllm_shm_left,
 )
+from tests.reliability._support import Launcher, Worker
 from tests.support.vllm_engine import vllm_command, vllm_model
 from tests.support.worker_fixtures import wait_until
 

@@ -876,7 +876,8 @@ class _Engine:
                 400,
                 f"LoRA adapter '{adapter}' was requested, but LoRA is not enabled. "
                 "Please launch the server with --enable-lora flag and preload adapters "
-                "via --lora-paths",
+                "using --lora-paths or /load_lora_adapter endpoint.",
+                "BadRequestError",
             )
         return body, options
 
@@ -902,6 +903,13 @@ class _Engine:
         limit = _max_tokens(body, *names)
         prompt_tokens = len(prompt.split())
         context = self.args.context_length or _DEFAULT_CONTEXT
+        if prompt_tokens >= context:
+            raise _HttpError(
+                400,
+                f"The input ({prompt_tokens} tokens) is longer than the model's context length "
+                f"({context} tokens).",
+                "BadRequestError",
+            )
         if limit is not None and prompt_tokens + limit > context:
             raise _HttpError(
                 400,
@@ -916,7 +924,7 @@ class _Engine:
         finish = "length" if options.tokens is None and limit is not None else "stop"
         reply = _Reply(
             chat=chat,
-            request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+            request_id=uuid.uuid4().hex,  # SGLang 0.5.23's ids: no cmpl-/chatcmpl- prefix
             created=int(time.time()),
             model=body["model"]
             if isinstance(body.get("model"), str)
@@ -1229,12 +1237,22 @@ class _Reply:
     def _chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         base = {"id": self.request_id, "object": kind, "created": self.created}
-        return base | {"model": self.model, "choices": [choice]}
+        chunk = base | {"model": self.model, "choices": [choice]}
+        # SGLang 0.5.23: a completions chunk carries "usage": null (its usage chunk a dict).
+        return chunk if self.chat else chunk | {"usage": None}
 
     def _token_choice(self, text: str, finish: str | None = None) -> dict[str, Any]:
         if self.chat:
-            delta = {"content": text} if finish is None else {}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            delta: dict[str, Any] = {"reasoning_content": None}
+            if finish is None:
+                delta["content"] = text
+            return {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish,
+                "matched_stop": None,
+            }
         return {
             "index": 0,
             "text": text,
@@ -1263,14 +1281,23 @@ class _Reply:
         else:
             choice = self._token_choice(text, self.finish)
             kind = "text_completion"
-        return {
+        usage = self.usage | {
+            "prompt_tokens_details": None,
+            "reasoning_tokens": 0,
+            "completion_tokens_details": None,
+        }
+        body = {
             "id": self.request_id,
             "object": kind,
             "created": self.created,
             "model": self.model,
             "choices": [choice],
-            "usage": self.usage,
+            "usage": usage,
         }
+        if not self.chat:
+            versions = [{"version": "default", "start": 0, "end": self.n}]
+            body["metadata"] = {"weight_version": "default", "weight_versions": versions}
+        return body
 
     def events(self, options: FakeOptions, include_usage: bool) -> Iterator[tuple[bytes, int]]:
         """Every framed HTTP chunk of the stream, [DONE] included, with the tokens each one
@@ -1285,9 +1312,10 @@ class _Reply:
         if self.chat:
             role = {
                 "index": 0,
-                "delta": {"role": "assistant", "content": ""},
+                "delta": {"reasoning_content": None, "role": "assistant", "content": ""},
                 "logprobs": None,
                 "finish_reason": None,
+                "matched_stop": None,
             }
             yield _sse(self._chunk(role)), 0
         words = self.prompt.split() or ["fake"]
@@ -1295,8 +1323,15 @@ class _Reply:
             yield from self._grouped(words)
         else:
             cache: dict[int, bytes] = {}  # one framed event per distinct word: the loop only writes
+            # SGLang's completions stream carries the finish reason with the last token; its
+            # chat stream in a chunk of its own.
+            last = self.n - 1 if not self.chat else -1
             for i in range(self.n):
                 slot = i % len(words) if i else -1
+                if i == last:
+                    text = words[0] if i == 0 else " " + words[slot]
+                    yield _sse(self._chunk(self._token_choice(text, self.finish))), 1
+                    break
                 chunk = cache.get(slot)
                 if chunk is None:
                     text = words[0] if i == 0 else " " + words[slot]
@@ -1307,10 +1342,11 @@ class _Reply:
                         chunk = _frame(b"data: {not json\n\n")
                     cache[slot] = chunk
                 yield chunk, 1
-        yield _sse(self._chunk(self._token_choice("", self.finish))), 0
+        if self.chat or self.n == 0:
+            yield _sse(self._chunk(self._token_choice("", self.finish))), 0
         if include_usage:
             base = self._chunk({})
-            yield _sse(base | {"choices": [], "usage": self.usage}), 0
+            yield _sse(base | {"choices": [], "usage": self.usage | {"reasoning_tokens": 0}}), 0
         yield _DONE, 0
 
     def _grouped(self, words: list[str]) -> Iterator[tuple[bytes, int]]:
@@ -1319,7 +1355,8 @@ class _Reply:
         for end in range(1, self.n + 1):
             if end == 1 or end % self.interval == 0 or end == self.n:
                 text = "".join(tokens[start:end])
-                yield _sse(self._chunk(self._token_choice(text))), end - start
+                finish = self.finish if end == self.n and not self.chat else None
+                yield _sse(self._chunk(self._token_choice(text, finish))), end - start
                 start = end
 
 

@@ -50,10 +50,9 @@ from sie_worker.sizing.memory_needs import engine_share
 from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.plan import plan_launch
 from sie_worker.worker.launcher.ranks import group_rank
-from sie_worker.worker.placement.claims import need_of
+from sie_worker.worker.placement.claims import cpu_kv_inputs, need_of
 from sie_worker.worker.placement.memory import device_memory
 from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, cached_snapshot
-from sie_worker.worker.weights.on_disk import weight_bytes
 
 __all__ = ["register", "run"]
 
@@ -169,9 +168,7 @@ def run(args: argparse.Namespace) -> int:
     totals = [t for t in memory.totals[: len(devices)] if t is not None]
     share = None
     if need is not None and len(totals) == len(devices):
-        weights = None
-        if adapter.engine == "vllm" and not on_cuda and options.model_path is not None:
-            weights = weight_bytes(Path(options.model_path))
+        weights, token_bytes = cpu_kv_inputs(served, options, on_cuda=on_cuda)
         # An empty worker: all of each device is free.
         share = engine_share(
             adapter.engine,
@@ -181,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
             frees=totals,
             declared=options.declared,
             weights_bytes=weights,
+            kv_token_bytes=token_bytes,
         )
     plan = plan_launch(
         served,
@@ -191,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
         settings=settings,
         share=share.fraction if share is not None else None,
         kv_cache_gib=share.kv_cache_gib if share is not None else None,
+        kv_tokens=share.kv_tokens if share is not None else None,
         group=group,
     )
     for message in warnings:

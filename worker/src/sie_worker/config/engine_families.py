@@ -35,11 +35,20 @@ __all__ = [
     "BUNDLE_ENGINES",
     "FAMILIES",
     "IMAGE_BUNDLES",
+    "SGLANG_CPU_ENV",
     "EngineFamily",
     "LoadSeries",
     "bundle_engine",
     "family_of",
 ]
+
+
+# SGLang on cpu devices (beside its core binding, which depends on the block): its CPU
+# engine, and NCCL off, or it builds a communicator from torch's bundled libnccl and fails
+# ("Expected a cuda device"): a path that names no library.
+SGLANG_CPU_ENV: Mapping[str, str] = MappingProxyType(
+    {"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_NCCL_SO_PATH": "/nonexistent/no-nccl-on-cpu-devices"}
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,11 @@ class EngineFamily:
     # on a follower node); None: the engine's own command, as rank 0's.
     headless_command: tuple[str, ...] | None = None
     load_series: LoadSeries | None = None  # None: it exports none (the worker counts)
+    # The /dev/shm files its processes leave after any stop, named after one of them
+    # ("{pid}"), beside those the launcher sees its processes map (vLLM's all-reduce buffers,
+    # multiprocessing's sem.mp-* semaphores, SGLang's sglang_loads_*): the launcher removes
+    # both once the engine's group is gone.
+    shm_names: tuple[str, ...] = ()
 
 
 FAMILIES: Mapping[EngineKind, EngineFamily] = MappingProxyType(
@@ -83,6 +97,8 @@ FAMILIES: Mapping[EngineKind, EngineFamily] = MappingProxyType(
             lora_as_model=False,
             # SGLang titles its scheduler and detokenizer processes "sglang::scheduler_TP0"...
             rank_processes=re.compile(r"^sglang::"),
+            # Its TP0 scheduler's message queue (24 MiB), kept after a clean stop too.
+            shm_names=("sgl_shm_mq_{pid}_*",),
             load_series=LoadSeries(
                 waiting="sglang:num_queue_reqs",
                 running="sglang:num_running_reqs",

@@ -19,7 +19,11 @@ there, floored to three decimals (never above what was asked of the free memory)
 ``--gpu-memory-utilization`` as a fraction of the total, so it gets ``f`` itself, and refuses
 to start with less than that free; on ``cpu`` devices its KV cache
 (``VLLM_CPU_KVCACHE_SPACE``) is its share less its rank's part of the weights, in whole GiB,
-at least 1. The default engine on CUDA caps its allocator at ``need / total``.
+at least 1. SGLang on ``cpu`` devices measures the machine's free memory rather than its
+device's, so its KV cache is capped in tokens (``--max-total-tokens``): its share
+(``mem_fraction_static x total``) less its rank's part of the weights, over a token's KV bytes
+on one rank, at least :data:`MIN_CPU_KV_TOKENS`. The default engine on CUDA caps its
+allocator at ``need / total``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ __all__ = [
     "DEFAULT_MEM_FRACTION",
     "ENGINE_OVERHEAD_BYTES",
     "GIB",
+    "MIN_CPU_KV_TOKENS",
     "WEIGHTS_FACTOR",
     "EngineKind",
     "EngineShare",
@@ -42,6 +47,7 @@ __all__ = [
     "cuda_cap",
     "engine_share",
     "memory_need",
+    "sglang_cpu_kv_tokens",
     "sglang_fraction",
     "vllm_cpu_kv_gib",
 ]
@@ -52,6 +58,7 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
 ENGINE_OVERHEAD_BYTES = GIB  # CUDA context, graphs, activations beside the engine's share
 WEIGHTS_FACTOR = 1.2  # the default engine's weights on a device, with their buffers
 CPU_EXTRA_BYTES = GIB // 2
+MIN_CPU_KV_TOKENS = 1024  # a KV cache smaller than this serves no useful batch
 EngineKind = Literal["sglang", "vllm", "transformers"]
 
 
@@ -110,15 +117,28 @@ def vllm_cpu_kv_gib(total: int, fraction: float, weights_bytes: int | None, widt
     return max(1, math.floor((fraction * total - rank_weights) / GIB))
 
 
+def sglang_cpu_kv_tokens(
+    total: int, fraction: float, weights_bytes: int | None, width: int, token_bytes: float
+) -> int:
+    """``--max-total-tokens`` of an SGLang rank on a cpu device of ``total`` bytes: its share
+    (``fraction x total``) less its part of the weights, over one token's KV bytes on a rank,
+    at least :data:`MIN_CPU_KV_TOKENS`."""
+    rank_weights = (weights_bytes or 0) / max(width, 1)
+    room = fraction * total - rank_weights
+    return max(MIN_CPU_KV_TOKENS, math.floor(room / token_bytes)) if token_bytes > 0 else 0
+
+
 @dataclass(frozen=True)
 class EngineShare:
     """What an engine is told of its memory: ``fraction`` is its memory flag (SGLang's
     ``--mem-fraction-static``, vLLM's ``--gpu-memory-utilization``, the default engine's
     ``--cuda-memory-fraction``; None: none passed), ``kv_cache_gib`` vLLM's KV cache on cpu
-    devices (``VLLM_CPU_KVCACHE_SPACE``)."""
+    devices (``VLLM_CPU_KVCACHE_SPACE``), ``kv_tokens`` SGLang's on cpu devices
+    (``--max-total-tokens``)."""
 
     fraction: float | None
     kv_cache_gib: int | None = None
+    kv_tokens: int | None = None
 
 
 def engine_share(
@@ -130,15 +150,22 @@ def engine_share(
     frees: Sequence[int],
     declared: Mapping[str, Any],
     weights_bytes: int | None = None,
+    kv_token_bytes: float | None = None,
 ) -> EngineShare:
     """The share of an engine starting on a block whose devices have ``totals`` bytes, of which
-    ``frees`` are free now (the model reserves ``need`` on each). Raises
-    :class:`NoRoomAtStart` when a device has less free than the engine will take."""
+    ``frees`` are free now (the model reserves ``need`` on each); ``weights_bytes`` and
+    ``kv_token_bytes`` (one token's KV bytes on one rank) size a KV cache on cpu devices.
+    Raises :class:`NoRoomAtStart` when a device has less free than the engine will take."""
     if engine == "sglang":
         fraction = _declared_fraction(declared, "mem_fraction_static")
-        return EngineShare(
-            min(sglang_fraction(t, f, fraction) for t, f in zip(totals, frees, strict=True))
-        )
+        flag = min(sglang_fraction(t, f, fraction) for t, f in zip(totals, frees, strict=True))
+        tokens = None
+        if not on_cuda and kv_token_bytes:
+            whole = DEFAULT_MEM_FRACTION if fraction is None else fraction
+            tokens = sglang_cpu_kv_tokens(
+                min(totals), whole, weights_bytes, len(totals), kv_token_bytes
+            )
+        return EngineShare(flag, kv_tokens=tokens)
     if engine == "vllm":
         utilization = _declared_fraction(declared, "gpu_memory_utilization")
         utilization = DEFAULT_GPU_MEMORY_UTILIZATION if utilization is None else utilization

@@ -23,7 +23,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 import anyio
 import httpx
@@ -39,11 +38,10 @@ from sie_worker.worker.launcher.process import OutOfMemory
 from sie_worker.worker.launcher.start import PortBook, RunningEngine, StartGate, start_engine
 from sie_worker.worker.metrics import LOAD_OUTCOMES, LoadOutcome
 from sie_worker.worker.model_table import ModelTable
-from sie_worker.worker.placement.claims import need_of
+from sie_worker.worker.placement.claims import cpu_kv_inputs, need_of
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.weights.hub_errors import DownloadCancelled
 from sie_worker.worker.weights.load_step import ModelWeights
-from sie_worker.worker.weights.on_disk import weight_bytes
 
 __all__ = ["Loader", "load_outcome"]
 
@@ -210,9 +208,7 @@ class Loader:
         ]
         engine = resolve_adapter(options.adapter).engine
         on_cuda = self._settings.devices[block[0]].startswith("cuda")
-        weights = None
-        if engine == "vllm" and not on_cuda and options.model_path is not None:
-            weights = weight_bytes(Path(options.model_path))
+        weights, token_bytes = cpu_kv_inputs(record.served, options, on_cuda=on_cuda)
         return engine_share(
             engine,
             on_cuda=on_cuda,
@@ -221,6 +217,7 @@ class Loader:
             frees=[f or 0 for f in frees],
             declared=options.declared,
             weights_bytes=weights,
+            kv_token_bytes=token_bytes,
         )
 
     async def _evict_one_more(self, record: ModelRecord, block: tuple[int, ...]) -> bool:

@@ -180,6 +180,7 @@ def test_on_cpu_devices_each_rank_runs_on_its_devices_cores_with_its_kv_cache() 
 def test_other_engines_on_cpu_devices_run_on_their_cores_without_vllms_binding(
     adapter: str, tasks: dict[str, Any] | None
 ) -> None:
+    sglang = "sglang" in adapter
     settings = Settings(devices=("cpu:0", "cpu:1"), device_cores=((0,), (1,)), bundle="default")
     doc: dict[str, Any] = {"adapter_path": adapter}
     model = served_model(
@@ -192,8 +193,15 @@ def test_other_engines_on_cpu_devices_run_on_their_cores_without_vllms_binding(
     )  # fmt: skip
     options = resolve_load_options(model, settings, env={})
     plan = plan_launch(model, options, ("cpu:1",), port=1, nccl_port=2, settings=settings)
-    assert plan.env == {"CUDA_VISIBLE_DEVICES": ""}
+    own = {  # SGLang's CPU engine, its ranks' core sets (one here), NCCL off
+        "SGLANG_USE_CPU_ENGINE": "1",
+        "SGLANG_NCCL_SO_PATH": "/nonexistent/no-nccl-on-cpu-devices",
+        "SGLANG_CPU_OMP_THREADS_BIND": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    assert plan.env == {"CUDA_VISIBLE_DEVICES": "", **(own if sglang else {})}
     assert plan.cores == (1,)
+    assert not any(a.startswith("VLLM") for a in plan.env)
 
 
 def test_vllm_and_sglang_export_their_metrics_and_the_default_engine_does_not() -> None:

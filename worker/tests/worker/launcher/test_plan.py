@@ -266,7 +266,25 @@ def test_transformers_plan_has_no_rendezvous_port() -> None:
 )
 def test_device_mask_comes_from_the_block(devices: tuple[str, ...], mask: str) -> None:
     model = served({"extra_env": {"NCCL_DEBUG": "INFO"}})
-    assert env_delta(model, devices) == {"NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": mask}
+    delta = env_delta(model, devices, "transformers")
+    assert delta == {"NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": mask}
+
+
+def test_sglang_on_cpu_devices_runs_its_cpu_engine_one_core_set_per_rank_and_no_nccl() -> None:
+    model = served({"extra_env": {"SGLANG_USE_CPU_ENGINE": "0", "OMP_NUM_THREADS": "8"}})
+    cores = ((0, 1), (2, 3))
+    assert env_delta(model, ("cpu:0", "cpu:1"), "sglang", cores) == {
+        "SGLANG_USE_CPU_ENGINE": "1",  # the binding is written after the profile's env
+        "OMP_NUM_THREADS": "2",
+        "CUDA_VISIBLE_DEVICES": "",
+        "SGLANG_NCCL_SO_PATH": "/nonexistent/no-nccl-on-cpu-devices",
+        "SGLANG_CPU_OMP_THREADS_BIND": "0-1|2-3",
+    }
+    assert env_delta(model, ("cuda:0",), "sglang") == {
+        "SGLANG_USE_CPU_ENGINE": "0",
+        "OMP_NUM_THREADS": "8",
+        "CUDA_VISIBLE_DEVICES": "0",
+    }
 
 
 def test_mask_is_written_after_the_profile_environment() -> None:

@@ -35,7 +35,7 @@ _VLLM = "sie_server.adapters.vllm."
 MAX_ARG_BYTES = 128 * 1024  # Linux's MAX_ARG_STRLEN: one argv or environ string, with NUL
 VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 # The engine's binding to its devices' cores, written by the launcher on cpu devices.
-BINDING_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND",)
+BINDING_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND", "SGLANG_CPU_OMP_THREADS_BIND")
 
 
 def args_problems(args: Any, path: JsonPath, engine: EngineKind = "sglang") -> list[Problem]:

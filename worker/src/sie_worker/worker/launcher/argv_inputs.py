@@ -34,6 +34,7 @@ class ArgvInputs:
     share: float | None = None
     group: GroupRank | None = None  # this worker's rank of a group model's engine
     on_cpu: bool = False  # placed on cpu devices
+    kv_tokens: int | None = None  # SGLang's KV cache on cpu devices (--max-total-tokens)
 
     def parallel(self, engine: EngineKind, tensor_flag: str, stages_flag: str) -> list[str]:
         """The tensor width, the pipeline stages (above 1) and, for a rank of a group of

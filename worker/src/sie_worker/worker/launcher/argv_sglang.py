@@ -9,6 +9,8 @@
   ``--host 127.0.0.1 --port N --nccl-port P`` (none on a group's rank) and
   ``--enable-metrics`` (the worker passes the engine's ``/metrics`` through on its own,
   :mod:`sie_worker.worker.engine_metrics`);
+- on cpu devices ``--device cpu --disable-overlap-schedule`` and ``--max-total-tokens`` (its
+  KV cache, from its share: SGLang on CPU would size it from the machine's free memory);
 - ``--dtype``: ``compute_precision`` (``loadtime.compute_precision`` wins);
 - ``--context-length``: ``loadtime.max_seq_length``, else ``max_sequence_length``, else
   (generation) ``tasks.generate.context_length``;
@@ -73,6 +75,12 @@ def sglang_argv(inputs: ArgvInputs) -> tuple[str, ...]:
     if inputs.nccl_port is not None and inputs.group is None:
         argv += ["--nccl-port", str(inputs.nccl_port)]
     argv.append("--enable-metrics")
+    if inputs.on_cpu:
+        # Its CPU engine runs without the overlap scheduler (CUDA streams), and its KV cache
+        # is its share in tokens: on CPU SGLang sizes it from the machine's free memory.
+        argv += ["--device", "cpu", "--disable-overlap-schedule"]
+        if inputs.kv_tokens is not None:
+            argv += ["--max-total-tokens", str(inputs.kv_tokens)]
     if inputs.precision:
         argv += ["--dtype", inputs.precision]
     if options.context_length is not None:

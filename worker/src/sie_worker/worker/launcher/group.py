@@ -23,6 +23,7 @@ __all__ = [
     "SHM",
     "Member",
     "group_members",
+    "named_files",
     "process_exited",
     "ranks_of",
     "remove_files",
@@ -84,6 +85,15 @@ def shared_memory_of(pids: Iterable[int], proc: Path = _PROC, shm: Path = SHM) -
                     if target.startswith(prefix):
                         found.add(Path(target.removesuffix(" (deleted)")))
     return found
+
+
+def named_files(patterns: Iterable[str], pids: Iterable[int], shm: Path = SHM) -> set[Path]:
+    """The files under ``shm`` an engine family names after one of ``pids`` (each pattern a
+    glob with ``{pid}``): what a process killed before its files were seen mapped left."""
+    chosen = list(pids)
+    return {
+        path for pattern in patterns for pid in chosen for path in shm.glob(pattern.format(pid=pid))
+    }
 
 
 def remove_files(paths: Iterable[Path]) -> list[Path]:

@@ -2,16 +2,19 @@
 processes.
 
 Each engine builds its own command line (:mod:`~sie_worker.worker.launcher.argv_sglang`,
-:mod:`~sie_worker.worker.launcher.argv_vllm`, :mod:`~sie_worker.worker.launcher.argv_default`),
-flags spelled as the release the load was checked for (the bundle's). The environment is
-the same for all: the profile's ``extra_env``, ``SGLANG_ENABLE_SPEC_V2=1`` with speculative
-decoding (as SIE sets it), then the device binding written last: ``CUDA_VISIBLE_DEVICES``
-(the block's GPUs; empty on cpu devices), and on cpu devices vLLM's
-``VLLM_CPU_OMP_THREADS_BIND`` (one core list per rank, ranks in block order) and
-``VLLM_CPU_KVCACHE_SPACE`` (its KV cache in GiB, from its share). An engine on cpu devices
-runs on their cores: vLLM binds each rank to its list itself (its API server and engine core
-stay on the container's CPUs, as vLLM places them); every other engine gets the block's
-cores as its process's affinity (``cores``), which the processes it starts inherit.
+:mod:`~sie_worker.worker.launcher.argv_vllm`,
+:mod:`~sie_worker.worker.launcher.argv_default`), flags spelled as the release the load was
+checked for (the bundle's). The environment is the same for all: the profile's
+``extra_env``, ``SGLANG_ENABLE_SPEC_V2=1`` with speculative decoding (as SIE sets it), then
+the device binding written last: ``CUDA_VISIBLE_DEVICES`` (the block's GPUs; empty on cpu
+devices), and on cpu devices vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` (one core list per rank,
+ranks in block order) and ``VLLM_CPU_KVCACHE_SPACE`` (its KV cache in GiB, from its share),
+or SGLang's CPU engine (``SGLANG_USE_CPU_ENGINE=1``, NCCL off,
+``SGLANG_CPU_OMP_THREADS_BIND`` one core list per rank and ``OMP_NUM_THREADS`` a rank's
+cores; its KV cache is ``--max-total-tokens``). An engine on cpu devices runs on their
+cores: vLLM binds each rank to its list itself (its API server and engine core stay on the
+container's CPUs, as vLLM places them); every other engine gets the block's cores as its
+process's affinity (``cores``), which the processes it starts inherit.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from types import MappingProxyType
 
 from sie_server.adapters.base import EngineKind
 from sie_worker.config.adapters import resolve_adapter
-from sie_worker.config.engine_families import family_of
+from sie_worker.config.engine_families import SGLANG_CPU_ENV, family_of
 from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.devices import core_list, cuda_mask
@@ -94,13 +97,15 @@ def plan_launch(
     sglang_version: str | None = None,
     share: float | None = None,
     kv_cache_gib: int | None = None,
+    kv_tokens: int | None = None,
     group: GroupRank | None = None,
 ) -> LaunchPlan:
-    """Everything the launcher needs for one engine. ``nccl_port`` is ignored by the
-    transformers engine; ``sglang_version`` overrides the checked release (tests, tools);
-    ``share`` is the engine's memory flag and ``kv_cache_gib`` vLLM's KV cache on cpu devices
-    (:func:`~sie_worker.sizing.memory_needs.engine_share`); ``group`` this worker's rank of
-    a model a group of nodes serves (its rendezvous port replaces ``nccl_port``)."""
+    """Everything the launcher needs for one engine. ``nccl_port`` is ignored by the transformers
+    engine; ``sglang_version`` overrides the checked release (tests, tools); ``share`` is
+    the engine's memory flag, ``kv_cache_gib`` vLLM's KV cache on cpu devices and
+    ``kv_tokens`` SGLang's (:func:`~sie_worker.sizing.memory_needs.engine_share`); ``group``
+    this worker's rank of a model a group of nodes serves (its rendezvous port replaces
+    ``nccl_port``)."""
     if len(devices) != options.claim_width:
         raise ValueError(
             f"{served.id}: width {options.claim_width} placed on {len(devices)} devices"
@@ -127,6 +132,7 @@ def plan_launch(
         share=share,
         group=group,
         on_cpu=not devices[0].startswith("cuda"),
+        kv_tokens=kv_tokens,
     )
     headless = group is not None and not group.leads and engine == "vllm"
     return LaunchPlan(
@@ -155,10 +161,11 @@ def engine_argv(
     share: float | None = None,
     group: GroupRank | None = None,
     on_cpu: bool = False,
+    kv_tokens: int | None = None,
 ) -> tuple[str, ...]:
     """The engine's whole command line, built by its engine's builder."""
     inputs = ArgvInputs(
-        served, options, port, nccl_port, settings, sglang_version, share, group, on_cpu
+        served, options, port, nccl_port, settings, sglang_version, share, group, on_cpu, kv_tokens
     )
     return _ARGV[engine_of(options)](inputs)
 
@@ -182,6 +189,13 @@ def env_delta(
             delta["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(core_list(c) for c in cores)
         if kv_cache_gib is not None:
             delta["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
+    if engine == "sglang" and not devices[0].startswith("cuda"):
+        delta.update(SGLANG_CPU_ENV)
+        if cores is not None:
+            # One core set per rank, ranks in block order; without AMX SGLang applies the
+            # binding only with OMP_NUM_THREADS set (its own CPU notes).
+            delta["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(core_list(c) for c in cores)
+            delta["OMP_NUM_THREADS"] = str(len(cores[0]))
     return delta
 
 

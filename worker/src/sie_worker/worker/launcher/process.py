@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import getpass
 import logging
 import os
 import re
 import shutil
 import signal
-import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -38,20 +35,27 @@ import psutil
 
 from sie_worker.errors import LoadFailed, StartupTimeout
 from sie_worker.worker.launcher.group import (
+    Member,
     group_members,
+    named_files,
     process_exited,
     ranks_of,
     remove_files,
     shared_memory_of,
 )
 from sie_worker.worker.launcher.group_guard import guard
+from sie_worker.worker.launcher.spawn import engine_scratch, preexec
 
 __all__ = ["EngineProcess", "OutOfMemory", "PortInUse"]
 
 _log = logging.getLogger("sie_worker.engine")
-_PR_SET_PDEATHSIG = 1
 _TAIL_LINES = 40
 _POLL_FAST_S = 0.025
+# SGLang's /health runs a one-token generation and answers once a second has passed and
+# its detokenizer has answered: on a loaded CPU more than a couple of seconds. A shorter
+# timeout would cut every check short and the engine would never be seen ready.
+_HEALTH_TIMEOUT_S = 10.0
+_NOTE_EVERY_S = 1.0  # while an engine starts, how often its group's processes are noted
 _GROUP_GONE_S = 5.0  # how long a stop waits for the last process of a killed group
 _RANK_GRACE_S = 0.5  # after a rank's exit, how long the engine's own exit may follow it
 _PORT_IN_USE_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
@@ -63,41 +67,6 @@ _OUT_OF_MEMORY_MARKERS = (
     "cublas_status_alloc_failed",
     "not enough memory. please try to increase --mem-fraction-static",
 )
-
-try:  # Loaded once, before any fork: the child only makes the call.
-    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-except OSError:  # pragma: no cover - non-glibc platforms
-    _libc = None
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def _preexec(cores: tuple[int, ...] | None) -> Callable[[], None]:
-    """What the child runs between fork and exec: die with the worker, run on ``cores``."""
-
-    def run() -> None:  # pragma: no cover - runs in the child between fork and exec
-        _die_with_parent()
-        if cores:
-            os.sched_setaffinity(0, cores)
-
-    return run
-
-
-def _engine_scratch(env: Mapping[str, str]) -> tuple[Path, dict[str, str]]:
-    """A scratch folder for one engine (its ``TMPDIR``, under the worker's) and the engine's
-    environment with it. torch's compile cache keeps its usual home under the worker's
-    temporary folder, so engine restarts still find it."""
-    parent = tempfile.gettempdir()
-    scratch = Path(tempfile.mkdtemp(prefix="sie-engine-", dir=parent))
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # a uid with no passwd entry (OpenShift's arbitrary uids)
-        user = str(os.getuid())
-    cache = env.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(parent, f"torchinductor_{user}")
-    return scratch, {**env, "TMPDIR": str(scratch), "TORCHINDUCTOR_CACHE_DIR": cache}
 
 
 class PortInUse(LoadFailed):
@@ -119,6 +88,7 @@ class EngineProcess:
         *,
         ranks: re.Pattern[str] | None = None,
         scratch: Path | None = None,
+        shm_names: tuple[str, ...] = (),
     ) -> None:
         self.model = model
         self.port = port
@@ -127,6 +97,9 @@ class EngineProcess:
         self.stopping = False
         self.started_at = time.monotonic()
         self.shared_memory: set[Path] = set()  # /dev/shm files its group was seen using
+        self._pids: set[int] = set()  # every process of its group seen so far
+        self._shm_names = shm_names  # its family's /dev/shm names of one process ("{pid}")
+        self._noted_at = 0.0
         self._rank_pattern = ranks
         self._scratch = scratch
         self._rank_watchers: list[asyncio.Task[None]] = []
@@ -145,10 +118,13 @@ class EngineProcess:
         *,
         cores: tuple[int, ...] | None = None,
         ranks: re.Pattern[str] | None = None,
+        shm_names: tuple[str, ...] = (),
     ) -> EngineProcess:
         """Start the engine in a process group of its own, on ``cores`` (cpu devices);
-        ``ranks``: the titles of its processes to watch once it is ready."""
-        scratch, env = _engine_scratch(env)
+        ``ranks``: the titles of its processes to watch once it is ready; ``shm_names``: the
+        ``/dev/shm`` names its family gives a process's files (``{pid}`` its pid), removed
+        when it stops whatever stopped it."""
+        scratch, env = engine_scratch(env)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -157,14 +133,14 @@ class EngineProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_preexec(cores),
+                preexec_fn=preexec(cores),
             )
         except OSError as exc:
             shutil.rmtree(scratch, ignore_errors=True)
             raise LoadFailed(f"{model}: cannot start engine {argv[0]!r}: {exc}") from exc
         _log.info("%s: engine started (pid %d, port %d)", model, process.pid, port)
         guard.add(process.pid, scratch)  # its own session: the group id is its pid
-        return cls(model, process, port, ranks=ranks, scratch=scratch)
+        return cls(model, process, port, ranks=ranks, scratch=scratch, shm_names=shm_names)
 
     @property
     def pid(self) -> int:
@@ -212,7 +188,8 @@ class EngineProcess:
                     + self._tail_suffix()
                 )
             try:
-                response = await client.get(url, timeout=min(2.0, max(remaining, 0.05)))
+                timeout = min(_HEALTH_TIMEOUT_S, max(remaining, 0.05))
+                response = await client.get(url, timeout=timeout)
                 # Only our engine's answer counts: another process (an engine of a worker
                 # sharing the network namespace) may have taken the port after our bind
                 # test; our engine then exits with "address already in use".
@@ -221,6 +198,9 @@ class EngineProcess:
                     return
             except httpx.HTTPError:
                 pass
+            # A start that fails leaves files too: note the group's as it comes up.
+            if time.monotonic() - self._noted_at >= _NOTE_EVERY_S:
+                self.note_group()
             # Wake early if the engine exits while we sleep.
             await asyncio.wait({self._exited}, timeout=min(delay, max(remaining, 0.0)))
             # Poll briskly while a quick engine may be about to answer (the wait adds to every
@@ -239,10 +219,7 @@ class EngineProcess:
     def watch_ranks(self) -> None:
         """Note the group's ranks and shared memory (now that it is ready) and watch each
         rank: one exiting ends the engine (:attr:`ended`)."""
-        members = group_members(self.process.pid)
-        found = shared_memory_of(m.pid for m in members)
-        guard.files(self.process.pid, found - self.shared_memory)
-        self.shared_memory |= found
+        members = self.note_group()
         for rank in ranks_of(members, self._rank_pattern):
             self._rank_watchers.append(
                 asyncio.create_task(
@@ -250,13 +227,25 @@ class EngineProcess:
                 )
             )
 
+    def note_group(self) -> list[Member]:
+        """Note the group's live processes and the shared-memory files they use (each a file
+        to remove once the group is gone, here or by the guard); return the processes."""
+        members = group_members(self.process.pid)
+        self._pids.update(m.pid for m in members)
+        found = shared_memory_of(m.pid for m in members)
+        if found - self.shared_memory:
+            guard.files(self.process.pid, found - self.shared_memory)
+        self.shared_memory |= found
+        self._noted_at = time.monotonic()
+        return members
+
     async def stop(self, grace_s: float) -> int | None:
         """SIGTERM the process group, SIGKILL it after ``grace_s``; reap; wait until no process
         of the group is left; remove its shared memory and scratch folder; return the main
         process's exit code."""
         self.stopping = True
         # Read while the group still runs: which shared-memory files it maps.
-        self.shared_memory |= shared_memory_of(m.pid for m in group_members(self.process.pid))
+        self.note_group()
         if not self._exited.done():
             self._signal_group(signal.SIGTERM)
             try:
@@ -271,7 +260,8 @@ class EngineProcess:
         for task in self._rank_watchers:
             task.cancel()
         await asyncio.gather(*self._rank_watchers, self._ended, return_exceptions=True)
-        removed = remove_files(self.shared_memory)
+        named = named_files(self._shm_names, self._pids)
+        removed = remove_files(self.shared_memory | named)
         if removed:
             _log.info(
                 "%s: removed %d shared-memory file(s) of the engine", self.model, len(removed)

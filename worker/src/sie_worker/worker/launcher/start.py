@@ -146,6 +146,7 @@ async def start_engine(
             settings=settings,
             share=share.fraction if share is not None else None,
             kv_cache_gib=share.kv_cache_gib if share is not None else None,
+            kv_tokens=share.kv_tokens if share is not None else None,
             group=group,
         )
         engine = await EngineProcess.start(
@@ -155,6 +156,7 @@ async def start_engine(
             port,
             cores=plan.cores,
             ranks=family_of(engine_of(options)).rank_processes,
+            shm_names=family_of(engine_of(options)).shm_names,
         )
         try:
             if plan.health_path is None:

@@ -7,6 +7,7 @@ and ``memory``), so the two views always agree.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,14 +19,17 @@ from sie_worker.config.load.model_shape import ModelPathError, local_model_dir
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import PlacementFailed
 from sie_worker.settings import Settings
+from sie_worker.sizing.arithmetic import kv_bytes_per_token_per_gpu
+from sie_worker.sizing.capacity import kv_bytes_per_value
 from sie_worker.sizing.memory_needs import EngineKind, memory_need
+from sie_worker.sizing.model_stats import ModelStatsError, shape_from_config
 from sie_worker.worker.metrics import WorkerMetrics
 from sie_worker.worker.placement.allocator import Claim, NoPlacement, Placement, Strategy, place
 from sie_worker.worker.placement.memory import DeviceMemory
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.weights.on_disk import weight_bytes
 
-__all__ = ["Placer", "claims_of", "estimated_need", "need_of"]
+__all__ = ["Placer", "claims_of", "cpu_kv_inputs", "estimated_need", "need_of"]
 
 _BACKOFF_S = 0.5
 
@@ -38,6 +42,34 @@ def need_of(options: LoadOptions, memory: DeviceMemory, *, on_cpu: bool) -> int 
     folder = Path(options.model_path) if options.model_path is not None else None
     engine = resolve_adapter(options.adapter).engine
     return _need(engine, options.declared, folder, memory, on_cpu=on_cpu)
+
+
+def cpu_kv_inputs(
+    served: ServedModel, options: LoadOptions, *, on_cuda: bool
+) -> tuple[int | None, float | None]:
+    """What sizes an engine's KV cache on cpu devices
+    (:func:`~sie_worker.sizing.memory_needs.engine_share`): its local weights' bytes (vLLM,
+    SGLang) and one token's KV bytes on one rank (SGLang: from config.json's shape, its
+    tensor width and stages, and the cached value's size); None where unknown or not needed.
+
+    Reads files: call it off the event loop."""
+    engine = resolve_adapter(options.adapter).engine
+    if on_cuda or engine == "transformers" or options.model_path is None:
+        return None, None
+    folder = Path(options.model_path)
+    weights = weight_bytes(folder)
+    if engine != "sglang":
+        return weights, None
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        shape = shape_from_config(config, where=str(folder / "config.json"))
+    except (OSError, ValueError, ModelStatsError):
+        return weights, None
+    per_value, _ = kv_bytes_per_value(served)
+    token_bytes = kv_bytes_per_token_per_gpu(
+        shape, options.tensor_width, per_value, pipeline=options.stages
+    )
+    return weights, token_bytes
 
 
 def estimated_need(served: ServedModel, settings: Settings, memory: DeviceMemory) -> int | None:

@@ -1,6 +1,7 @@
-"""What the real-vLLM tests read of a worker's engine: its process group, its rank processes,
-the shared memory they map, and requests through the worker. Shared by the modules that run
-vLLM's CPU build through workers (test_vllm_engine, test_vllm_pipeline, test_vllm_group)."""
+"""What the real-engine tests read of a worker's engine: its process group, its rank
+processes, the shared memory they map, and requests through the worker. Shared by the modules
+that run vLLM's CPU build and SGLang on cpu devices through workers (test_vllm_engine,
+test_vllm_pipeline, test_vllm_group, test_sglang_engine)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ __all__ = [
     "load",
     "rank_processes",
     "shared_memory",
+    "shm_left",
     "stream",
     "vllm_shm_left",
 ]
@@ -49,14 +51,16 @@ def engine_group(worker: Worker, model: str) -> list[psutil.Process]:
     return members
 
 
-def rank_processes(group: list[psutil.Process]) -> dict[str, psutil.Process]:
-    """``{"VLLM::Worker_TP0": process, ...}`` (``Worker_PP0`` for pipeline stages): the
-    group's rank processes by title."""
+def rank_processes(
+    group: list[psutil.Process], prefix: str = "VLLM::Worker_"
+) -> dict[str, psutil.Process]:
+    """``{"VLLM::Worker_TP0": process, ...}`` (``Worker_PP0`` for pipeline stages;
+    ``prefix="sglang::scheduler_"`` for SGLang's ranks): the group's rank processes by title."""
     found = {}
     for process in group:
         with contextlib.suppress(psutil.Error):
             title = (process.cmdline() or [""])[0]
-            if title.startswith("VLLM::Worker_"):
+            if title.startswith(prefix):
                 found[title] = process
     return found
 
@@ -102,9 +106,15 @@ def stream(worker: WorkerProcess, path: str, body: dict[str, Any]) -> list[str]:
 
 
 @contextlib.contextmanager
-def vllm_shm_left() -> Iterator[None]:
-    """Fails when vLLM shared-memory files appeared in /dev/shm inside the block and stayed."""
-    before = set(SHM.glob("vllm*"))
+def shm_left(*patterns: str) -> Iterator[None]:
+    """Fails when files of these glob patterns appeared in /dev/shm inside the block and
+    stayed."""
+    before = {path for pattern in patterns for path in SHM.glob(pattern)}
     yield
-    left = set(SHM.glob("vllm*")) - before
-    assert not left, f"shared memory of vLLM engines left behind: {sorted(left)}"
+    left = {path for pattern in patterns for path in SHM.glob(pattern)} - before
+    assert not left, f"shared memory of engines left behind: {sorted(left)}"
+
+
+def vllm_shm_left() -> contextlib.AbstractContextManager[None]:
+    """:func:`shm_left` of vLLM's files."""
+    return shm_left("vllm*")
