@@ -34,30 +34,18 @@ Writes ``tests/bench/out/vllm.json`` and the ``## vLLM behind the worker`` secti
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
-import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
-from tests.bench._bench import (
-    OUT,
-    ROOT,
-    cpu_seconds,
-    prepare,
-    services,
-    start_worker,
-    write_result,
-)
+from tests.bench._bench import OUT, ROOT, prepare, services, start_worker, write_result
+from tests.bench._engine_bench import engine_port, load_overhead, measure, table
 from tests.bench.report import record_section
 from tests.support import loopback, tiny_models
 from tests.support.vllm_engine import vllm_command, vllm_model
@@ -68,108 +56,7 @@ SECTION = "## vLLM behind the worker"
 MODEL = "bench/tiny-vllm-tp2"
 SERVED = "bench/tiny-vllm"  # width 1, for the throughput rounds
 STREAMS = (1, 8)
-PATHS = ("direct", "worker")
-
-
-def _engine_port(model: str = MODEL) -> tuple[int, psutil.Process] | None:
-    for process in psutil.process_iter(["cmdline"]):
-        argv = process.info["cmdline"] or []
-        if "vllm.entrypoints.openai.api_server" in argv and model in argv:
-            return int(argv[argv.index("--port") + 1]), process
-    return None
-
-
-def _watch_start(found: dict[str, float], stop: threading.Event) -> None:
-    """Poll for the engine; note its process start and its first healthy answer."""
-    while not stop.is_set():
-        engine = _engine_port()
-        if engine is None:
-            time.sleep(0.01)
-            continue
-        port, process = engine
-        found["spawned"] = process.create_time()
-        with loopback.client(timeout=1.0) as client:
-            while not stop.is_set():
-                try:
-                    if client.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                        found["ready"] = time.time()
-                        return
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.005)
-        return
-
-
-async def _stream(client: httpx.AsyncClient, url: str, tokens: int) -> tuple[float, int]:
-    """One streamed completion: (seconds to its first token, completion tokens)."""
-    body = {
-        "model": SERVED,
-        "prompt": "The quick brown fox",
-        "max_tokens": tokens,
-        "stream": True,
-        "ignore_eos": True,
-        "stream_options": {"include_usage": True},
-    }
-    started, first, count = time.perf_counter(), None, 0
-    async with client.stream("POST", url, json=body) as response:
-        response.raise_for_status()
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                count = int(chunk["usage"]["completion_tokens"])
-            if first is None and chunk.get("choices") and chunk["choices"][0].get("text"):
-                first = time.perf_counter() - started
-    return (first if first is not None else float("nan")), count
-
-
-async def _round(base: str, streams: int, tokens: int) -> dict[str, float]:
-    url = base + "/v1/completions"
-    async with httpx.AsyncClient(timeout=300) as client:
-        started = time.perf_counter()
-        results = await asyncio.gather(*(_stream(client, url, tokens) for _ in range(streams)))
-        elapsed = time.perf_counter() - started
-    return {
-        "tokens_per_s": sum(n for _, n in results) / elapsed,
-        "ttft_s": statistics.median(t for t, _ in results),
-    }
-
-
-def measure(
-    worker: tuple[str, int], direct_url: str, api_server: int, rounds: int, tokens: int
-) -> list[dict[str, Any]]:
-    """The rounds of each path; beside its figures, the CPU the worker and the engine's API
-    server spent per token during them."""
-    worker_url, worker_pid = worker
-    cells = []
-    for streams in STREAMS:
-        asyncio.run(_round(direct_url, streams, tokens))  # warm both paths' connections
-        asyncio.run(_round(worker_url, streams, tokens))
-        tries: dict[str, list[dict[str, float]]] = {p: [] for p in PATHS}
-        cpu = {p: {"worker": 0.0, "api_server": 0.0, "tokens": 0.0} for p in PATHS}
-        for _ in range(rounds):
-            for path, base in (("direct", direct_url), ("worker", worker_url)):
-                before = cpu_seconds([worker_pid]), cpu_seconds([api_server]), time.perf_counter()
-                result = asyncio.run(_round(base, streams, tokens))
-                cpu[path]["worker"] += cpu_seconds([worker_pid]) - before[0]
-                cpu[path]["api_server"] += cpu_seconds([api_server]) - before[1]
-                cpu[path]["tokens"] += result["tokens_per_s"] * (time.perf_counter() - before[2])
-                tries[path].append(result)
-        for path in PATHS:
-            produced = cpu[path]["tokens"] or 1.0
-            cells.append(
-                {
-                    "path": path,
-                    "streams": streams,
-                    "tokens_per_s": statistics.median(r["tokens_per_s"] for r in tries[path]),
-                    "ttft_p50_s": statistics.median(r["ttft_s"] for r in tries[path]),
-                    "worker_us_per_token": cpu[path]["worker"] / produced * 1e6,
-                    "api_server_us_per_token": cpu[path]["api_server"] / produced * 1e6,
-                    "rounds": tries[path],
-                }
-            )
-    return cells
+ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 def section(result: dict[str, Any], command: str) -> str:
@@ -183,21 +70,8 @@ def section(result: dict[str, Any], command: str) -> str:
         f"client on core 1; {result['tokens']} tokens per streamed completion, medians of "
         f"{result['rounds']} alternating rounds per path.",
         "",
-        "| streams | direct tok/s | worker tok/s | worker/direct | direct TTFT p50 | "
-        "worker TTFT p50 | added TTFT | API server CPU/token | worker CPU/token |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *table(result["cells"], STREAMS, "API server"),
     ]
-    for streams in STREAMS:
-        direct, worker = by[("direct", streams)], by[("worker", streams)]
-        ratio = worker["tokens_per_s"] / direct["tokens_per_s"]
-        added = (worker["ttft_p50_s"] - direct["ttft_p50_s"]) * 1000
-        lines.append(
-            f"| {streams} | {direct['tokens_per_s']:.1f} | {worker['tokens_per_s']:.1f} | "
-            f"{ratio:.1%} | {direct['ttft_p50_s'] * 1000:.1f} ms | "
-            f"{worker['ttft_p50_s'] * 1000:.1f} ms | {added:+.1f} ms | "
-            f"{worker['api_server_us_per_token']:.0f} µs | "
-            f"{worker['worker_us_per_token']:.0f} µs |"
-        )
     eight = by[("worker", max(STREAMS))]
     lines += [
         "",
@@ -260,28 +134,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             cpus=client_core,
         )
         started.append(worker)
-        found: dict[str, float] = {}
-        stop = threading.Event()
-        watcher = threading.Thread(target=_watch_start, args=(found, stop), daemon=True)
-        watcher.start()
-        asked = time.time()
-        with loopback.client(base_url=worker.url, timeout=600) as client:
-            client.post(f"/v1/models/{MODEL}/load").raise_for_status()
-        answered = time.time()
-        stop.set()
-        watcher.join(timeout=5)
-        load_s, engine_s = answered - asked, found["ready"] - found["spawned"]
+        load = load_overhead(worker.url, ENGINE_MODULE, MODEL)
         with loopback.client(base_url=worker.url, timeout=600) as client:
             client.post(f"/v1/models/{MODEL}/unload").raise_for_status()
             client.post(f"/v1/models/{SERVED}/load").raise_for_status()
-        engine = _engine_port(SERVED)
+        engine = engine_port(ENGINE_MODULE, SERVED)
         assert engine is not None, "the engine is not running after its load"
         cells = measure(
             (worker.url, worker.proc.pid),
             f"http://127.0.0.1:{engine[0]}",
             engine[1].pid,
-            args.rounds,
-            args.tokens,
+            SERVED,
+            streams_list=STREAMS,
+            rounds=args.rounds,
+            tokens=args.tokens,
         )
     vllm = subprocess.run(
         [str(ROOT / ".venv-vllm" / "bin" / "python"), "-c", "import vllm; print(vllm.__version__)"],
@@ -296,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tokens": args.tokens,
         "rounds": args.rounds,
         "cells": cells,
-        "load": {"load_s": load_s, "engine_s": engine_s, "added_s": load_s - engine_s},
+        "load": load,
     }
     write_result("vllm", result)
     command = ".venv/bin/python -m tests.bench.bench_vllm" + (

@@ -78,6 +78,9 @@ def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
         "vllm": [*python, "tests.bench.bench_vllm"]
         + (["--rounds", "3"] if quick else [])
         + ([] if record else ["--no-record"]),
+        "sglang": [*python, "tests.bench.bench_sglang"]
+        + (["--rounds", "3"] if quick else [])
+        + ([] if record else ["--no-record"]),
         # Issue 26's per-hop figures, kept in the run so that a regression shows.
         "hop_cost": [*python, "tests.bench.bench_hop_cost", "--repeats", "1"]
         + (["--tokens", "4", "50", "--duration", "2"] if quick else []),

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU check of the default engine through the worker (not run in CI): see gpu_check.py; with
 # --vllm, then of a vLLM tensor-parallel engine through the worker: see vllm_check.py (needs
-# vLLM 0.32.0 in that Python, or SIE_VLLM_COMMAND).
+# vLLM 0.32.0 in that Python, or SIE_VLLM_COMMAND); with --sglang, of an SGLang one the same
+# way (SGLang 0.5.23 in that Python, or SIE_SGLANG_COMMAND).
 #
-# Usage, from anywhere:  tests/gpu/run_gpu_check.sh [--vllm] [--allow-cpu] [--keep]
+# Usage, from anywhere:  tests/gpu/run_gpu_check.sh [--vllm] [--sglang] [--allow-cpu] [--keep]
 # Needs python3 (or $PYTHON) with torch (CUDA build) and transformers; no SGLang, no network.
 # The worker's own small dependencies (starlette, uvicorn, httpx, jsonschema, PyYAML,
 # prometheus-client, msgpack, psutil, nvidia-ml-py: NVML, for the device memory the worker
@@ -44,14 +45,22 @@ if [[ -n "$missing" ]]; then
   "$py" -m pip install --quiet --no-index --find-links .whl --target "$target" $missing
   export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}"
 fi
-vllm=0 args=()
+vllm=0 sglang=0 args=()
 for arg in "$@"; do
-  if [[ "$arg" == --vllm ]]; then vllm=1; else args+=("$arg"); fi
+  case "$arg" in
+    --vllm) vllm=1 ;;
+    --sglang) sglang=1 ;;
+    *) args+=("$arg") ;;
+  esac
 done
 status=0
 "$py" tests/gpu/gpu_check.py "${args[@]}" || status=1
 if ((vllm)); then
   echo
   "$py" tests/gpu/vllm_check.py "${args[@]}" || status=1
+fi
+if ((sglang)); then
+  echo
+  "$py" tests/gpu/vllm_check.py --engine sglang "${args[@]}" || status=1
 fi
 exit $status

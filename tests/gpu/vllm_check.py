@@ -1,24 +1,27 @@
-"""GPU check of vLLM through the worker (not run in CI; needs CUDA GPUs and vLLM 0.32.0).
+"""GPU check of vLLM (or, with ``--engine sglang``, SGLang) through the worker (not run in
+CI; needs CUDA GPUs and vLLM 0.32.0, or SGLang 0.5.23).
 
-Starts ``python -m sie_worker serve`` with ``SIE_BUNDLE=vllm`` on the machine's GPUs (two when
-there are, else one) and, through its HTTP API, checks that:
+Starts ``python -m sie_worker serve`` with ``SIE_BUNDLE=vllm`` (``sglang-cu130``) on the
+machine's GPUs (two when there are, else one) and, through its HTTP API, checks that:
 
-- a tiny random Llama (built here, heads 32 wide) loads as one vLLM engine at the width of
-  the devices: the worker's plan (``--tensor-parallel-size``, ``--gpu-memory-utilization``,
-  ``CUDA_VISIBLE_DEVICES``) is in the engine's command line, and it has one rank process
-  (``VLLM::Worker_TP<i>``) per device;
+- a tiny random Llama (built here, heads 32 wide) loads as one engine at the width of the
+  devices: the worker's plan (``--tensor-parallel-size``/``--tp-size``, the memory flag) is in
+  the engine's command line, and it has one rank process (``VLLM::Worker_TP<i>``,
+  ``sglang::scheduler_TP<i>``) per device;
 - it answers ``/v1/completions`` and a streamed ``/v1/chat/completions`` (shape only: bf16
   random weights);
-- ``vllm:*`` series pass through the worker's ``/metrics``;
+- the engine's own series (``vllm:*``, ``sglang:*``) pass through the worker's ``/metrics``;
 - unloading it leaves no process of its group and none of its ``/dev/shm`` files;
 - with ``--pp`` (two GPUs): PP=2 on one worker, and PP=2 across two workers as a group of
   nodes on loopback (:mod:`tests.gpu.vllm_pp_check`).
 
-The vLLM is the machine's Python's (``python -m vllm.entrypoints.openai.api_server``), or the
-``SIE_VLLM_COMMAND`` given. Without vLLM it reports one FAIL saying so. ``--allow-cpu`` runs
-the same checks on ``cpu:0,cpu:1`` with ``SIE_VLLM_COMMAND`` pointing at vLLM's CPU build (to
-test this script without a GPU: ``SIE_VLLM_COMMAND=".venv-vllm/bin/python -m
-vllm.entrypoints.openai.api_server" tests/gpu/run_gpu_check.sh --vllm --allow-cpu``).
+The engine is the machine's Python's (``python -m vllm.entrypoints.openai.api_server``,
+``python -m sglang.launch_server``), or the ``SIE_VLLM_COMMAND``/``SIE_SGLANG_COMMAND`` given.
+Without it the check reports one FAIL saying so. ``--allow-cpu`` runs the same checks on
+``cpu:0,cpu:1`` with the command pointing at the tests' CPU engines (to test this script
+without a GPU: ``SIE_VLLM_COMMAND=".venv-vllm/bin/python -m vllm.entrypoints.openai.api_server"
+tests/gpu/run_gpu_check.sh --vllm --allow-cpu``, or ``SIE_SGLANG_COMMAND=".venv-sglang/bin/python
+-m sglang.launch_server" tests/gpu/run_gpu_check.sh --sglang --allow-cpu``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,40 @@ from tests.gpu.gpu_check import _expect, _raise, check, free_port, http, summary
 MODEL = "gpu-check/tiny-llama-vllm"
 VLLM = "sie_server.adapters.vllm.generation:VLLMGenerationAdapter"
 SHM = Path("/dev/shm")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What differs between the engines this script checks."""
+
+    name: str
+    module: str  # python -m <module>
+    bundle: str
+    variable: str  # SIE_*_COMMAND
+    adapter: str
+    width_flag: str
+    memory_flag: str
+    ranks: str  # the title prefix of its rank processes
+    series: str  # its metrics' prefix
+    release: str
+    loadtime: dict[str, Any] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+
+
+ENGINES = {
+    "vllm": Engine(
+        "vLLM", "vllm.entrypoints.openai.api_server", "vllm", "SIE_VLLM_COMMAND", VLLM,
+        "--tensor-parallel-size", "--gpu-memory-utilization", "VLLM::Worker_TP", "vllm:",
+        "0.32.0", {"gpu_memory_utilization": 0.2, "enforce_eager": True},
+        ("--max-num-seqs", "4"),
+    ),
+    "sglang": Engine(
+        "SGLang", "sglang.launch_server", "sglang-cu130", "SIE_SGLANG_COMMAND",
+        "sie_server.adapters.sglang.cuda13:SGLangCuda13Adapter", "--tp-size",
+        "--mem-fraction-static", "sglang::scheduler_TP", "sglang:", "0.5.23",
+        {"mem_fraction_static": 0.2},
+    ),
+}  # fmt: skip
 
 
 def _group(pgid: int) -> list[tuple[int, str]]:
@@ -64,13 +102,13 @@ def _group(pgid: int) -> list[tuple[int, str]]:
     return found
 
 
-def _engine(model: str) -> tuple[int, list[str]]:
+def _engine(model: str, module: str = ENGINES["vllm"].module) -> tuple[int, list[str]]:
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError, ValueError):
             argv = (entry / "cmdline").read_bytes().decode().split("\0")
-            if "vllm.entrypoints.openai.api_server" in " ".join(argv) and model in argv:
+            if module in " ".join(argv) and model in argv:
                 return int(entry.name), argv
-    raise AssertionError(f"no vLLM API server serves {model}")
+    raise AssertionError(f"no {module} serves {model}")
 
 
 def _shm_of(pids: list[int]) -> set[Path]:
@@ -85,7 +123,13 @@ def _shm_of(pids: list[int]) -> set[Path]:
 
 
 def _write_config(
-    directory: Path, llama: Path, width: int, stages: int = 1, **loadtime: Any
+    directory: Path,
+    llama: Path,
+    width: int,
+    stages: int = 1,
+    engine: Engine = ENGINES["vllm"],
+    precision: str = "bfloat16",
+    **loadtime: Any,
 ) -> None:
     config = {
         "sie_id": MODEL,
@@ -94,15 +138,14 @@ def _write_config(
         "tasks": {"generate": {}},
         "profiles": {
             "default": {
-                "adapter_path": VLLM,
-                "compute_precision": "bfloat16",
-                "extra_launch_args": ["--max-num-seqs", "4"],
+                "adapter_path": engine.adapter,
+                "compute_precision": precision,
+                "extra_launch_args": list(engine.args),
                 "adapter_options": {
                     "loadtime": {
                         "tensor_parallel_size": width,
                         "pipeline_parallel_size": stages,
-                        "gpu_memory_utilization": 0.2,
-                        "enforce_eager": True,
+                        **engine.loadtime,
                         "startup_timeout_s": 600,
                         "request_read_timeout_s": 300,
                         **loadtime,
@@ -122,14 +165,15 @@ def _start_worker(
     log: Path,
     extra: dict[str, str] | None = None,
     port: int | None = None,
+    engine: Engine = ENGINES["vllm"],
 ) -> tuple[Any, str]:
     port = port or free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SIE_", "CUDA_VISIBLE"))}
     path = os.pathsep.join([str(ROOT / "worker" / "src"), str(ROOT), env.get("PYTHONPATH", "")])
+    env[engine.variable] = command
     env.update(
         SIE_DEVICES=devices,
-        SIE_BUNDLE="vllm",
-        SIE_VLLM_COMMAND=command,
+        SIE_BUNDLE=engine.bundle,
         SIE_MODEL_READY_TIMEOUT_S="900",
         HF_HUB_OFFLINE="1",
         PYTHONUNBUFFERED="1",
@@ -153,7 +197,7 @@ def _start_worker(
     raise RuntimeError(f"worker not healthy within 120s; see {log}")
 
 
-def _checks(url: str, devices: list[str]) -> None:
+def _checks(url: str, devices: list[str], engine: Engine) -> None:
     width = len(devices)
     state: dict[str, Any] = {}
 
@@ -161,23 +205,23 @@ def _checks(url: str, devices: list[str]) -> None:
         entry = http("POST", f"{url}/v1/models/{MODEL}/load", {}, timeout=900)
         _expect(entry["state"] == "ready", f"state {entry['state']}: {entry.get('error')}")
         _expect(entry["devices"] == devices, f"devices {entry['devices']}")
-        pid, argv = _engine(MODEL)
+        pid, argv = _engine(MODEL, engine.module)
         state["pid"] = pid
-        tp = argv[argv.index("--tensor-parallel-size") + 1]
-        memory = argv[argv.index("--gpu-memory-utilization") + 1]
-        _expect(tp == str(width), f"--tensor-parallel-size {tp}")
-        return f"pid {pid}, --tensor-parallel-size {tp}, --gpu-memory-utilization {memory}"
+        tp = argv[argv.index(engine.width_flag) + 1]
+        memory = argv[argv.index(engine.memory_flag) + 1]
+        _expect(tp == str(width), f"{engine.width_flag} {tp}")
+        return f"pid {pid}, {engine.width_flag} {tp}, {engine.memory_flag} {memory}"
 
     def ranks() -> str:
         group = _group(state["pid"])
         state["group"] = [pid for pid, _ in group]
         state["shm"] = _shm_of(state["group"])
-        titles = sorted(t for _, t in group if t.startswith("VLLM::Worker_TP"))
+        titles = sorted(t for _, t in group if t.startswith(engine.ranks))
         _expect(len(titles) == width, f"rank processes {titles}")
         return f"{titles}; {len(state['shm'])} file(s) in /dev/shm"
 
     def complete() -> str:
-        body = {"model": MODEL, "prompt": "Hello", "max_tokens": 8}
+        body = {"model": MODEL, "prompt": "Hello", "max_tokens": 8, "ignore_eos": True}
         answer = http("POST", f"{url}/v1/completions", body)
         usage = answer["usage"]["completion_tokens"]
         _expect(usage == 8, f"completion tokens {usage}")
@@ -185,7 +229,7 @@ def _checks(url: str, devices: list[str]) -> None:
 
     def stream() -> str:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
-                "max_tokens": 5, "stream": True}  # fmt: skip
+                "max_tokens": 5, "stream": True, "ignore_eos": True}  # fmt: skip
         events = http("POST", f"{url}/v1/chat/completions", body)
         _expect(events[-1] == "[DONE]", f"last event {events[-1]!r}")
         last = json.loads(events[-2])["choices"][0]["finish_reason"]
@@ -197,9 +241,9 @@ def _checks(url: str, devices: list[str]) -> None:
 
         with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
             text = response.read().decode()
-        lines = [line for line in text.splitlines() if line.startswith("vllm:")]
-        _expect(any(f'model="{MODEL}"' in line for line in lines), "no vllm:* series")
-        return f"{len(lines)} vllm:* samples"
+        lines = [line for line in text.splitlines() if line.startswith(engine.series)]
+        _expect(any(f'model="{MODEL}"' in line for line in lines), f"no {engine.series}* series")
+        return f"{len(lines)} {engine.series}* samples"
 
     def unload() -> str:
         http("POST", f"{url}/v1/models/{MODEL}/unload", {}, timeout=300)
@@ -209,11 +253,11 @@ def _checks(url: str, devices: list[str]) -> None:
         return "no process, no /dev/shm file left"
 
     for name, step in (
-        (f"a width-{width} vLLM engine loads on {','.join(devices)}", load),
+        (f"a width-{width} {engine.name} engine loads on {','.join(devices)}", load),
         ("one rank process per device", ranks),
         ("/v1/completions through the worker", complete),
         ("streamed /v1/chat/completions through the worker", stream),
-        ("vllm:* series on the worker's /metrics", metrics),
+        (f"{engine.series}* series on the worker's /metrics", metrics),
         ("unload leaves nothing of the engine", unload),
     ):
         if not check(name, step):
@@ -225,14 +269,16 @@ def main() -> int:
     parser.add_argument("--allow-cpu", action="store_true", help="run on cpu:0,cpu:1")
     parser.add_argument("--keep", action="store_true", help="keep the work folder and logs")
     parser.add_argument(
-        "--pp", action="store_true", help="also pipeline parallelism (needs two GPUs)"
+        "--pp", action="store_true", help="also pipeline parallelism (needs two GPUs; vLLM)"
     )
+    parser.add_argument("--engine", choices=sorted(ENGINES), default="vllm")
     args = parser.parse_args()
-    command = os.environ.get("SIE_VLLM_COMMAND") or shlex.join(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    )
-    if "SIE_VLLM_COMMAND" not in os.environ and importlib.util.find_spec("vllm") is None:
-        check("vLLM is installed", lambda: _raise(f"{sys.executable} has no vllm (0.32.0)"))
+    engine = ENGINES[args.engine]
+    command = os.environ.get(engine.variable) or shlex.join([sys.executable, "-m", engine.module])
+    top = engine.module.split(".", 1)[0]
+    if engine.variable not in os.environ and importlib.util.find_spec(top) is None:
+        missing = f"{sys.executable} has no {top} ({engine.release})"
+        check(f"{engine.name} is installed", lambda: _raise(missing))
         return summary()
     gpus = 0
     if shutil.which("nvidia-smi"):
@@ -247,19 +293,23 @@ def main() -> int:
         check("a CUDA device is visible", lambda: _raise("no GPU (nvidia-smi)"))
         return summary()
     devices = [f"cuda:{i}" for i in range(min(gpus, 2))] if gpus else ["cpu:0", "cpu:1"]
-    work = Path(tempfile.mkdtemp(prefix="sie-vllm-check-"))
+    work = Path(tempfile.mkdtemp(prefix=f"sie-{args.engine}-check-"))
     worker = None
     try:
         from tests.support.tiny_models import build_tiny_llama
 
         llama = build_tiny_llama(work / "tiny-llama", head_dim=32)
-        _write_config(work / "configs", llama, len(devices))
-        worker, url = _start_worker(work / "configs", ",".join(devices), command, work / "w.log")
-        _checks(url, devices)
+        # SGLang's CPU kernels for 16-bit types need AMX: float32 on cpu devices.
+        precision = "float32" if not gpus and args.engine == "sglang" else "bfloat16"
+        _write_config(work / "configs", llama, len(devices), engine=engine, precision=precision)
+        worker, url = _start_worker(
+            work / "configs", ",".join(devices), command, work / "w.log", engine=engine
+        )
+        _checks(url, devices, engine)
         worker.send_signal(signal.SIGTERM)
         code = worker.wait(timeout=120)
         check("worker exits 0 on SIGTERM", lambda: _expect(code == 0, f"exit {code}"))
-        if args.pp:
+        if args.pp and args.engine == "vllm":
             from tests.gpu.vllm_pp_check import pipeline_checks
 
             pipeline_checks(llama, devices, command, work)

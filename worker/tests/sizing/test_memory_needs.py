@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 
 from sie_worker.sizing.memory_needs import (
     GIB,
+    MIN_CPU_KV_TOKENS,
     EngineShare,
     NoRoomAtStart,
     cuda_cap,
     engine_share,
     memory_need,
+    sglang_cpu_kv_tokens,
     sglang_fraction,
     vllm_cpu_kv_gib,
 )
@@ -157,3 +159,53 @@ def test_sglang_and_the_default_engine_shares_are_unchanged_by_engine_share() ->
         "transformers", on_cuda=False, need=GIB, totals=[8 * GIB], frees=[8 * GIB], declared={}
     )
     assert on_cpu == EngineShare(None)
+
+
+def test_sglang_on_cpu_devices_gets_its_kv_cache_in_tokens_from_its_share() -> None:
+    # 0.5 x 16 GiB, less half of 2 GiB of weights per rank, over 1 KiB a token per rank.
+    share = engine_share(
+        "sglang",
+        on_cuda=False,
+        need=9 * GIB,
+        totals=[16 * GIB, 16 * GIB],
+        frees=[16 * GIB, 16 * GIB],
+        declared={"mem_fraction_static": 0.5},
+        weights_bytes=2 * GIB,
+        kv_token_bytes=1024,
+    )
+    assert share == EngineShare(0.5, None, (8 * GIB - GIB) // 1024)
+    # On GPUs SGLang sizes its cache from its fraction; without a shape, no cap either.
+    on_cuda = engine_share(
+        "sglang",
+        on_cuda=True,
+        need=9 * GIB,
+        totals=[16 * GIB],
+        frees=[16 * GIB],
+        declared={"mem_fraction_static": 0.5},
+        weights_bytes=2 * GIB,
+        kv_token_bytes=1024,
+    )
+    assert on_cuda.kv_tokens is None
+    assert (
+        engine_share(
+            "sglang", on_cuda=False, need=0, totals=[16 * GIB], frees=[16 * GIB], declared={}
+        ).kv_tokens
+        is None
+    )
+
+
+@given(
+    total=st.integers(1, 2**40),
+    fraction=st.floats(0.001, 1.0),
+    weights=st.integers(0, 2**40),
+    width=st.integers(1, 16),
+    token=st.floats(1.0, 2.0**20),
+)
+def test_sglangs_cpu_kv_tokens_hold_the_share_less_the_weights_and_never_fall_below_the_floor(
+    total: int, fraction: float, weights: int, width: int, token: float
+) -> None:
+    tokens = sglang_cpu_kv_tokens(total, fraction, weights, width, token)
+    assert tokens >= MIN_CPU_KV_TOKENS
+    if tokens > MIN_CPU_KV_TOKENS:
+        assert tokens * token <= fraction * total - weights / width
+        assert (tokens + 1) * token > fraction * total - weights / width

@@ -120,7 +120,7 @@ class ModelManager:
             )
         elif group.peers:
             task = asyncio.create_task(watch_peers(group.peers, self._peer_lost), name="peers")
-            task.add_done_callback(consume_exception)
+            task.add_done_callback(_watch_ended)
             self._peer_watch = task
 
     async def _peer_lost(self, rank: int, why: str) -> None:
@@ -364,6 +364,12 @@ class ModelManager:
     def _wake_if_pinned(self, record: ModelRecord) -> None:
         if record.pinned:
             self._keeper.wake()
+
+
+def _watch_ended(task: asyncio.Task[None]) -> None:
+    """The peer watch never ends on its own but for a lost peer: say why it did otherwise."""
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("the watch on the group's other ranks ended: %r", task.exception())
 
 
 async def _join_load(model_id: str, task: asyncio.Task[None]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -21,6 +22,7 @@ from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import ServedModel, served_model
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import engine_env, env_delta, plan_launch
+from sie_worker.worker.placement.claims import cpu_kv_inputs
 
 EMBEDDING = "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter"
 CHAT = "sie_server.adapters.sglang.chat:SGLangChatAdapter"
@@ -435,3 +437,56 @@ def test_the_default_engine_gets_its_share_as_its_cuda_memory_cap() -> None:
     model = served({"adapter_path": TRANSFORMERS}, tasks={"encode": {}})
     assert "--cuda-memory-fraction" not in _planned(model, None, settings)
     assert _flag(_planned(model, 0.162, settings), "--cuda-memory-fraction") == "0.162"
+
+
+def test_sglang_on_cpu_devices_runs_its_cpu_engine_with_its_kv_cache_in_tokens(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    shape = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 128,
+    }
+    (folder / "config.json").write_text(json.dumps(shape))
+    (folder / "model.safetensors").write_bytes(b"\0" * 4096)
+    loadtime = {
+        "tensor_parallel_size": 2,
+        "mem_fraction_static": 0.5,
+        "startup_timeout_s": 300,
+        "request_read_timeout_s": 60,
+    }
+    model = served(
+        {"compute_precision": "float32", "adapter_options": {"loadtime": loadtime}},
+        model_path=str(folder),
+    )
+    settings = Settings(devices=("cpu:0", "cpu:1"), device_cores=((0,), (1,)), bundle="sglang")
+    options = resolve_load_options(model, settings, env={})
+    weights, token_bytes = cpu_kv_inputs(model, options, on_cuda=False)
+    # 2 (K, V) x 2 layers x 1 KV head of each rank's 2 x 32 wide x 4 bytes (float32).
+    assert token_bytes == 2 * 2 * 1 * 32 * 4
+    assert weights is not None
+    assert weights >= 4096
+    assert cpu_kv_inputs(model, options, on_cuda=True) == (None, None)
+    plan = plan_launch(
+        model,
+        options,
+        ("cpu:0", "cpu:1"),
+        port=30007,
+        nccl_port=30407,
+        settings=settings,
+        kv_tokens=123456,
+    )
+    argv = list(plan.argv)
+    assert argv[argv.index("--device") + 1] == "cpu"
+    assert "--disable-overlap-schedule" in argv
+    assert argv[argv.index("--max-total-tokens") + 1] == "123456"
+    assert argv[argv.index("--tp-size") + 1] == "2"
+    assert plan.cores == (0, 1)  # the engine's affinity: the block's cores
+    assert plan.env["SGLANG_CPU_OMP_THREADS_BIND"] == "0|1"
+    # On GPUs the command line is as before.
+    on_gpu = argv_of(model, Settings(devices=EIGHT, bundle="sglang"))
+    assert not {"--device", "--disable-overlap-schedule", "--max-total-tokens"} & set(on_gpu)
