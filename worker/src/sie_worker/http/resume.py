@@ -143,7 +143,8 @@ class Rewrite:
             return True
         if self.chat and self.drop_role and isinstance(delta, dict) and "role" in delta:
             del delta["role"]
-            return bool(delta.get("content")) or finish is not None or bool(delta)
+            other = set(delta) - {"content"}  # anything but the (empty) content of a role delta
+            return bool(delta.get("content")) or finish is not None or bool(other)
         return True
 
 
