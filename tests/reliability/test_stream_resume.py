@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import httpx
+import msgpack
 import pytest
 from sie_worker.gateway.pools import PoolSpec
 from sie_worker.router.app import create_router_app
@@ -279,3 +280,49 @@ async def test_each_resumption_is_counted_by_reason(name: str, tmp_path: Path) -
     assert answer.done == 1
     assert f'sie_{name}_resumes_total{{reason="connection_lost"}} 1.0' in metrics
     assert f'sie_{name}_resumes_total{{reason="error_event"}} 1.0' in metrics
+
+
+SIE_FAULTS = {
+    "before the first event": ("cut", 0),
+    "after 3 events": ("cut", 3),
+    "with an error event after 3 events": ("error", 3),
+    "just before [DONE]": ("cut", TOKENS + 1),
+}
+
+
+async def ask_sie(client: httpx.AsyncClient, *, packed: bool) -> list[bytes]:
+    """SIE's generate stream, as sie-sdk asks it (MessagePack) or as JSON."""
+    body = {"prompt": "once upon a time", "max_new_tokens": TOKENS, "stream": True}
+    content = msgpack.packb(body) if packed else json.dumps(body).encode()
+    kind = "application/msgpack" if packed else "application/json"
+    with anyio.fail_after(20):
+        async with client.stream(
+            "POST", f"/v1/generate/{MODEL}", content=content, headers={"content-type": kind}
+        ) as r:
+            assert r.status_code == 200
+            raw = b"".join([chunk async for chunk in r.aiter_bytes()])
+    return [e.removeprefix(b"data: ") for e in raw.split(b"\n\n") if e.strip()]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["json", "msgpack"])
+@pytest.mark.parametrize("where", list(SIE_FAULTS))
+@pytest.mark.parametrize("name", ["router", "gateway"])
+async def test_sies_generate_stream_broken_off_reaches_the_client_as_one_answer(
+    name: str, where: str, packed: bool, tmp_path: Path
+) -> None:
+    script = Script()
+    async with serving(script, 2) as backends, hop(name, backends, tmp_path) as client:
+        whole = await ask_sie(client, packed=packed)
+        script.faults = [SIE_FAULTS[where]]
+        script.served.clear()
+        resumed = await ask_sie(client, packed=packed)
+    assert whole[-1] == resumed[-1] == b"[DONE]"
+    events = [json.loads(e) for e in resumed[:-1]]
+    reference = [json.loads(e) for e in whole[:-1]]
+    assert "".join(e["text_delta"] for e in events) == "".join(e["text_delta"] for e in reference)
+    assert [e["seq"] for e in events] == list(range(TOKENS + 1))
+    assert len({e["request_id"] for e in events}) == 1
+    assert events[-1]["done"] is True
+    assert events[-1]["usage"] == reference[-1]["usage"]
+    assert not [e for e in events if "error" in e]
+    assert len(script.served) == (1 if where == "just before [DONE]" else 2)

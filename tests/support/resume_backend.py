@@ -6,7 +6,9 @@ for chat, then the words generated so far: :func:`generate`), so a continuation 
 with the prompt plus the text already sent (or the messages plus the partial assistant
 message, ``continue_final_message: true``) produces exactly what an uninterrupted run
 would have. It answers a worker's polls (for the slot router) and a pod router's (for the
-gateway) alike: one ready slot serving :data:`MODEL`.
+gateway) alike: one ready slot serving :data:`MODEL`. It serves ``/v1/completions``,
+``/v1/chat/completions`` and SIE's ``/v1/generate/<model>`` (a JSON or MessagePack body,
+the stream as the worker translates it: ``{request_id, seq, text_delta, done}`` events).
 
 Misbehaviour is scripted per stream, shared by every backend of a test (:class:`Script`):
 the streams take the script's faults in the order they start, whichever backend they
@@ -26,6 +28,8 @@ import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgpack
 
 __all__ = ["MODEL", "Fault", "ResumeBackend", "Script", "generate", "serving"]
 
@@ -120,12 +124,18 @@ class ResumeBackend:
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             request = json.loads(body)
             self.script.served.append((self.name, request, headers))
-            return await self._generate(writer, request, chat=path.endswith("chat/completions"))
+            kind = "chat" if path.endswith("chat/completions") else "completions"
+            return await self._generate(writer, request, kind)
+        if method == "POST" and path.startswith("/v1/generate/"):
+            packed = "msgpack" in headers.get("content-type", "")
+            request = msgpack.unpackb(body) if packed else json.loads(body)
+            self.script.served.append((self.name, request, headers))
+            return await self._generate(writer, {**request, "model": path[13:]}, "generate")
         _send_json(writer, 404, {"error": {"code": "not_found", "message": path}})
         return True
 
     async def _generate(
-        self, writer: asyncio.StreamWriter, request: dict[str, Any], *, chat: bool
+        self, writer: asyncio.StreamWriter, request: dict[str, Any], kind: str
     ) -> bool:
         fault = self.script.next_fault()
         if fault is not None and fault[0] == "refuse":
@@ -134,7 +144,7 @@ class ResumeBackend:
             _send_json(writer, status, error, [("X-SIE-Error-Code", fault[1])])
             return True
         self._count += 1
-        reply = _Reply(f"{self.name}-{self._count}", self.created, request, chat=chat)
+        reply = _Reply(f"{self.name}-{self._count}", self.created, request, kind)
         if request.get("stream") is not True:
             if fault is not None:  # a non-streamed answer cut halfway
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n{")
@@ -168,10 +178,14 @@ class ResumeBackend:
 class _Reply:
     """One generation: its identity, its context and its tokens."""
 
-    def __init__(self, answer_id: str, created: int, request: dict[str, Any], *, chat: bool):
-        self.chat, self.request = chat, request
+    def __init__(self, answer_id: str, created: int, request: dict[str, Any], kind: str):
+        self.chat, self.sie, self.request = kind == "chat", kind == "generate", request
         self.identity = {"id": answer_id, "created": created, "model": request["model"]}
-        if chat:
+        if self.sie:
+            self.identity = {"request_id": answer_id}
+            context = request["prompt"].split()
+            limit = request["max_new_tokens"]
+        elif self.chat:
             messages = request["messages"]
             if messages[-1]["role"] == "assistant" and not (
                 request.get("continue_final_message") is True
@@ -204,6 +218,13 @@ class _Reply:
         return b"data: " + json.dumps(document).encode() + b"\n\n"
 
     async def events(self) -> AsyncIterator[bytes]:
+        if self.sie:  # SIE's generate stream, as the worker translates it
+            for seq, token in enumerate(self.tokens):
+                yield self._sie(seq, text_delta=token, done=False)
+            final = {"finish_reason": "length", "usage": self.usage, "ttft_ms": 1.0}
+            yield self._sie(len(self.tokens), text_delta="", done=True, **final)
+            yield _DONE
+            return
         if self.chat:
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
             yield self._event([{**role, "logprobs": None, "finish_reason": None}])
@@ -214,6 +235,10 @@ class _Reply:
         if isinstance(options, dict) and options.get("include_usage"):
             yield self._event([], usage=self.usage)
         yield _DONE
+
+    def _sie(self, seq: int, **fields: Any) -> bytes:
+        document = {**self.identity, "seq": seq, **fields}
+        return b"data: " + json.dumps(document).encode() + b"\n\n"
 
     def whole(self) -> dict[str, Any]:
         text = "".join(self.tokens)

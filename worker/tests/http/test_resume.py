@@ -17,7 +17,7 @@ def _event(document: dict[str, Any]) -> bytes:
 
 
 def _memory(chat: bool, *pieces: str, finish: str | None = None) -> StreamMemory:
-    memory = StreamMemory(chat=chat)
+    memory = StreamMemory("chat" if chat else "completions")
     ident = {"id": "first", "created": 1, "model": "m"}
     if chat:
         role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
@@ -67,7 +67,7 @@ def test_a_chat_that_continued_a_message_itself_extends_that_message() -> None:
 
 def test_a_stream_broken_before_any_text_is_sent_again_as_it_came() -> None:
     original = json.dumps({"prompt": "p", "stream": True}).encode()
-    planned = plan(original, StreamMemory(chat=False))
+    planned = plan(original, StreamMemory("completions"))
     assert isinstance(planned, Plan)
     assert planned.body == original
 
@@ -102,7 +102,7 @@ def test_a_stream_missing_its_usage_asks_one_token_and_keeps_only_the_usage() ->
 
 
 def test_the_continuation_is_rewritten_into_the_first_answer() -> None:
-    rewrite = Rewrite({"id": "first", "created": 1, "model": "m"}, 3, chat=True, drop_role=True)
+    rewrite = Rewrite({"id": "first", "created": 1, "model": "m"}, 3, "chat", drop_role=True)
     role = {
         "id": "x",
         "created": 9,

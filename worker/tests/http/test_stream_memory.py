@@ -24,7 +24,7 @@ def _delta(delta: dict[str, Any]) -> bytes:
 
 
 def test_an_event_split_across_reads_leaves_once_whole() -> None:
-    memory = StreamMemory(chat=False)
+    memory = StreamMemory("completions")
     event = _text(" a")
     assert memory.feed(event[:10]) == b""
     assert memory.feed(event[10:] + _text(" b")[:5]) == event
@@ -35,7 +35,7 @@ def test_an_event_split_across_reads_leaves_once_whole() -> None:
 
 def test_an_error_event_is_held_back_and_ends_the_reading() -> None:
     stopped = []
-    memory = StreamMemory(chat=False)
+    memory = StreamMemory("completions")
     memory.stop = lambda: stopped.append(True)
     error = _event({"error": {"code": "engine_unavailable", "message": "gone"}})
     assert memory.feed(_text(" a") + error + _text(" late")) == _text(" a")
@@ -46,14 +46,14 @@ def test_an_error_event_is_held_back_and_ends_the_reading() -> None:
 
 
 def test_text_that_mentions_an_error_is_not_an_error_event() -> None:
-    memory = StreamMemory(chat=False)
+    memory = StreamMemory("completions")
     event = _text(' "error"')
     assert memory.feed(event) == event
     assert memory.error is None
 
 
 def test_done_is_noted() -> None:
-    memory = StreamMemory(chat=False)
+    memory = StreamMemory("completions")
     memory.feed(_text(" a"))
     assert not memory.done
     memory.feed(DONE_EVENT)
@@ -61,7 +61,7 @@ def test_done_is_noted() -> None:
 
 
 def test_a_long_stream_is_folded_into_the_same_text_and_counts() -> None:
-    memory = StreamMemory(chat=True)
+    memory = StreamMemory("chat")
     memory.feed(_delta({"role": "assistant", "content": ""}))
     count = COMPACT_AT // len(_delta({"content": " w"})) + 10
     for _ in range(count):
@@ -73,7 +73,7 @@ def test_a_long_stream_is_folded_into_the_same_text_and_counts() -> None:
 
 
 def test_usage_counts_win_over_counted_events() -> None:
-    memory = StreamMemory(chat=False)
+    memory = StreamMemory("completions")
     memory.feed(_text(" a b c"))
     assert memory.sent_tokens == 1
     usage = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
@@ -83,11 +83,11 @@ def test_usage_counts_win_over_counted_events() -> None:
 
 
 def test_tool_calls_or_several_choices_make_a_stream_unresumable() -> None:
-    memory = StreamMemory(chat=True)
+    memory = StreamMemory("chat")
     memory.feed(_delta({"tool_calls": [{"index": 0, "function": {"name": "f"}}]}))
     memory.compact()
     assert memory.unresumable is not None
-    other = StreamMemory(chat=False)
+    other = StreamMemory("completions")
     other.feed(_event({"id": "x", "choices": [{"index": 1, "text": "b"}]}))
     other.compact()
     assert other.unresumable == "several choices (n > 1)"

@@ -12,7 +12,10 @@ less the tokens the client has. The continuation's events are rewritten so that 
 sees one answer: the first answer's ``id``, ``created`` and ``model``, no second role
 delta, and usage that counts the prompt once (the continuation's prompt less the tokens it
 carries over) and every completion token once. At most ``resume_max`` resumptions per
-request, within its deadline; ``X-SIE-Resume: off`` opts a request out.
+request, within its deadline; ``X-SIE-Resume: off`` opts a request out. SIE's generate
+stream (``POST /v1/generate/<model>``, JSON or MessagePack) resumes the same way: its
+prompt plus the text sent, ``max_new_tokens`` less the tokens sent, the events keeping the
+first answer's ``request_id`` and numbering ``seq`` on.
 
 A non-streamed request is never resent once a backend may have it: its answer is one
 document, and an engine that failed halfway leaves nothing a hop could continue from.
@@ -27,7 +30,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sie_worker.http.stream_memory import DONE_EVENT, StreamMemory, event_payloads
+import msgpack
+
+from sie_worker.http.stream_memory import DONE_EVENT, IDENTITY, StreamMemory, event_payloads
 
 __all__ = [
     "REASONS",
@@ -43,12 +48,13 @@ __all__ = [
 _log = logging.getLogger("sie_worker.resume")
 RESUME_HEADER = "x-sie-resume"
 _OFF = frozenset({"off", "false", "0", "no"})
-# Path -> whether its stream is a chat one.
-_PATHS = {"/v1/completions": False, "/v1/chat/completions": True}
+# Path -> the kind of its stream (and SIE's generate, under /v1/generate/<model>).
+_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+_SIE_GENERATE = "/v1/generate/"
 # A backend's answers before any event that mean its engine never generated anything:
 # X-SIE-Error-Code -> the reason a resumption counts.
 _REFUSALS = {"NOT_LEADER": "not_leader", "INFERENCE_ERROR": "engine_failed"}
-_MAX_KEYS = ("max_tokens", "max_completion_tokens")
+_MAX_KEYS = ("max_tokens", "max_completion_tokens", "max_new_tokens")
 # Why a stream was resumed: the label values of sie_{router,gateway}_resumes_total.
 REASONS = (
     "connection_lost",  # the backend's connection broke mid-stream
@@ -82,10 +88,11 @@ class Rewrite:
 
     identity: dict[str, Any]
     base: int  # completion tokens the client had when this continuation started
-    chat: bool
+    kind: str  # completions, chat, generate
     drop_role: bool
     tail: bool = False
     drop_finish: bool = False
+    seq: int = 0  # SIE's generate: the seq of the next event the client gets
 
     def __call__(self, events: bytes) -> bytes:
         out = []
@@ -108,13 +115,19 @@ class Rewrite:
 
     def _event(self, document: dict[str, Any]) -> dict[str, Any] | None:
         if not self.identity:
-            self.identity = {k: document[k] for k in ("id", "created", "model") if k in document}
+            self.identity = {k: document[k] for k in IDENTITY if k in document}
         for key, value in self.identity.items():
             if key in document:
                 document[key] = value
         usage = document.get("usage")
         if isinstance(usage, dict):
             self._usage(usage)
+        if self.kind == "generate":
+            if self.tail and document.get("done") is not True:
+                return None
+            if "seq" in document:
+                document["seq"], self.seq = self.seq, self.seq + 1
+            return document
         choices = document.get("choices")
         if isinstance(choices, list) and choices:
             document["choices"] = [c for c in choices if isinstance(c, dict) and self._keep(c)]
@@ -136,12 +149,13 @@ class Rewrite:
         if self.tail:
             if finish is None or self.drop_finish:
                 return False
-            if self.chat and isinstance(delta, dict):
+            if self.kind == "chat" and isinstance(delta, dict):
                 choice["delta"] = {}
-            elif not self.chat:
+            elif self.kind == "completions":
                 choice["text"] = ""
             return True
-        if self.chat and self.drop_role and isinstance(delta, dict) and "role" in delta:
+        chat = self.kind == "chat"
+        if chat and self.drop_role and isinstance(delta, dict) and "role" in delta:
             del delta["role"]
             other = set(delta) - {"content"}  # anything but the (empty) content of a role delta
             return bool(delta.get("content")) or finish is not None or bool(other)
@@ -157,12 +171,12 @@ class Plan:
     rewrite: Rewrite
 
 
-def plan(original: bytes, memory: StreamMemory) -> Plan | str:
-    """The continuation of the stream ``memory`` has kept, or why there is none."""
-    try:
-        request = json.loads(original)
-    except ValueError:
-        return "its body is not JSON"
+def plan(original: bytes, memory: StreamMemory, *, packed: bool = False) -> Plan | str:
+    """The continuation of the stream ``memory`` has kept, or why there is none;
+    ``packed``: the body is MessagePack (SIE's), else JSON."""
+    request = _decode(original, packed)
+    if request is None:
+        return "its body cannot be read"
     if not isinstance(request, dict) or request.get("stream") is not True:
         return "it is not a stream"
     if request.get("n") not in (None, 1) or request.get("best_of") not in (None, 1):
@@ -171,32 +185,50 @@ def plan(original: bytes, memory: StreamMemory) -> Plan | str:
     if memory.unresumable is not None:
         return f"its answer has {memory.unresumable}"
     text, sent = memory.text, memory.sent_tokens
+    sie = memory.kind == "generate"
     options = request.get("stream_options")
     wants_usage = isinstance(options, dict) and options.get("include_usage") is True
-    rewrite = Rewrite(dict(memory.identity), sent, memory.chat, drop_role=memory.role_sent)
+    rewrite = Rewrite(dict(memory.identity), sent, memory.kind, drop_role=memory.role_sent)
+    rewrite.seq = memory.last_seq + 1
     limits = {k: request[k] for k in _MAX_KEYS if isinstance(request.get(k), int)}
     left = min((v - sent for v in limits.values()), default=None)
     if memory.finish is not None or (left is not None and left <= 0):
-        if memory.finish is not None and (memory.usage_seen or not wants_usage):
+        if memory.finish is not None and (memory.usage_seen or not wants_usage or sie):
             return Plan(None, rewrite)
         # Only the finish and usage are missing: ask for one token, and keep none of it.
         rewrite.tail, rewrite.drop_finish = True, memory.finish is not None
         left = 1
     if not text and not rewrite.tail:
         return Plan(original, rewrite)  # nothing generated yet: the request as it came
-    continued = _continued(request, text, memory.chat)
+    continued = _continued(request, text, memory.kind)
     if isinstance(continued, str):
         return continued
     for key in limits:
         continued[key] = max(left or 1, 1)
     if isinstance(continued.get("min_tokens"), int):
         continued["min_tokens"] = max(continued["min_tokens"] - sent, 0)
+    if packed:
+        return Plan(msgpack.packb(continued, use_bin_type=True), rewrite)
     return Plan(json.dumps(continued, ensure_ascii=False).encode(), rewrite)
 
 
-def _continued(request: dict[str, Any], text: str, chat: bool) -> dict[str, Any] | str:
+def _decode(body: bytes, packed: bool) -> dict[str, Any] | None:
+    try:
+        request = msgpack.unpackb(body, raw=False) if packed else json.loads(body)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    return request if isinstance(request, dict) else None
+
+
+def _continued(request: dict[str, Any], text: str, kind: str) -> dict[str, Any] | str:
     continued = dict(request)
-    if not chat:
+    if kind == "generate":
+        prompt = request.get("prompt")
+        if not isinstance(prompt, str):
+            return "its prompt is not one text"
+        continued["prompt"] = prompt + text
+        return continued
+    if kind == "completions":
         if request.get("echo"):
             return "it asks for the prompt echoed"
         prompt = request.get("prompt")
@@ -233,7 +265,8 @@ class Resumer:
     resumptions until ``deadline``, monotonic), and the plan of the next try."""
 
     original: bytes
-    chat: bool
+    kind: str
+    packed: bool  # the body is MessagePack (SIE's)
     left: int
     deadline: float
     count: Callable[[str], None]
@@ -246,7 +279,7 @@ class Resumer:
     count_done: int = 0
 
     def __post_init__(self) -> None:
-        self.memory = StreamMemory(chat=self.chat)
+        self.memory = StreamMemory(self.kind)
 
     @classmethod
     def of(
@@ -261,26 +294,26 @@ class Resumer:
         count: Callable[[str], None],
     ) -> Resumer | None:
         """The resumer of a request the hop may resume, else None."""
-        chat = _PATHS.get(target.split("?", 1)[0])
-        if chat is None or method != "POST" or resume_max <= 0 or opted_out(headers):
+        path = target.split("?", 1)[0]
+        kind = "generate" if path.startswith(_SIE_GENERATE) else _PATHS.get(path)
+        if kind is None or method != "POST" or resume_max <= 0 or opted_out(headers):
             return None
-        request_id = next((v for k, v in headers if k.lower() == "x-request-id"), "-")
-        return cls(body, chat, resume_max, time.monotonic() + within_s, count, request_id)
+        found = {k.lower(): v for k, v in headers if k.lower() in ("x-request-id", "content-type")}
+        packed = "msgpack" in found.get("content-type", "")
+        deadline = time.monotonic() + within_s
+        return cls(body, kind, packed, resume_max, deadline, count, found.get("x-request-id", "-"))
 
     def streamed(self) -> bool:
         """Whether the request asks for a stream (read once a backend refused it)."""
-        try:
-            request = json.loads(self.original)
-        except ValueError:
-            return False
-        return isinstance(request, dict) and request.get("stream") is True
+        request = _decode(self.original, self.packed)
+        return request is not None and request.get("stream") is True
 
     def again(self, reason: str, failed: str) -> bool:
         """Whether the stream, broken off on ``failed`` for ``reason``, may resume
         elsewhere (the next try's body is set; it counts once a backend takes it)."""
         if self.left <= 0 or time.monotonic() >= self.deadline:
             return False
-        planned = plan(self.original, self.memory)
+        planned = plan(self.original, self.memory, packed=self.packed)
         if isinstance(planned, str):
             _log.warning(
                 "request %s: the stream from %s broke off (%s) and is not resumed: %s",

@@ -1,5 +1,6 @@
-"""What a hop keeps of an OpenAI stream it relays, so that it can resume it on another
-backend (DESIGN.md, "Resuming a stream"; the resumption itself: :mod:`sie_worker.http.resume`).
+"""What a hop keeps of an OpenAI stream (or SIE's generate stream) it relays, so that it
+can resume it on another backend (DESIGN.md, "Resuming a stream"; the resumption itself:
+:mod:`sie_worker.http.resume`).
 
 Every relayed event crosses this, so the hot path does no parsing: :meth:`StreamMemory.feed`
 passes whole events only (an unfinished one waits for the rest of it, as the worker's own
@@ -16,9 +17,18 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["COMPACT_AT", "DONE_EVENT", "StreamMemory", "event_payloads", "is_error_event"]
+__all__ = [
+    "COMPACT_AT",
+    "DONE_EVENT",
+    "IDENTITY",
+    "StreamMemory",
+    "event_payloads",
+    "is_error_event",
+]
 
 DONE_EVENT = b"data: [DONE]\n\n"
+# What names the one answer a client sees: OpenAI's id, created and model; SIE's request_id.
+IDENTITY = ("id", "created", "model", "request_id")
 # Kept event bytes past which they are folded into their text.
 COMPACT_AT = 256 * 1024
 
@@ -68,11 +78,12 @@ class StreamMemory:
         "_pending",
         "_raw",
         "_raw_bytes",
-        "chat",
         "done",
         "error",
         "finish",
         "identity",
+        "kind",
+        "last_seq",
         "pieces",
         "rewrite",
         "role_sent",
@@ -84,8 +95,8 @@ class StreamMemory:
         "withheld",
     )
 
-    def __init__(self, *, chat: bool) -> None:
-        self.chat = chat
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # completions, chat or generate (SIE's)
         self._raw: list[bytes] = []
         self._raw_bytes = 0
         self._pending = b""
@@ -93,6 +104,7 @@ class StreamMemory:
         self.tokens = 0  # completion tokens the client has, counted by events
         self.usage_tokens: int | None = None  # ... as the last usage the client got says
         self.identity: dict[str, Any] = {}  # the first answer's id, created, model
+        self.last_seq = -1  # SIE's generate: the seq of the client's last event
         self.finish: str | None = None
         self.role_sent = False
         self.usage_seen = False
@@ -171,9 +183,16 @@ class StreamMemory:
             if isinstance(document, dict):
                 self._note(document)
 
+    @property
+    def chat(self) -> bool:
+        return self.kind == "chat"
+
     def _note(self, document: dict[str, Any]) -> None:
         if not self.identity:
-            self.identity = {k: document[k] for k in ("id", "created", "model") if k in document}
+            self.identity = {k: document[k] for k in IDENTITY if k in document}
+        if self.kind == "generate":
+            self._note_sie(document)
+            return
         usage = document.get("usage")
         choices = document.get("choices")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
@@ -194,6 +213,22 @@ class StreamMemory:
             if text:
                 self.pieces.append(text)
                 self.tokens += 1
+
+    def _note_sie(self, document: dict[str, Any]) -> None:
+        """An event of SIE's generate stream: ``{request_id, seq, text_delta, done}``, the
+        last one with ``finish_reason`` and ``usage``."""
+        if isinstance(document.get("seq"), int):
+            self.last_seq = document["seq"]
+        if document.get("done") is True:
+            self.finish = str(document.get("finish_reason") or "stop")
+            usage = document.get("usage")
+            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                self.usage_tokens, self.usage_seen = usage["completion_tokens"], True
+            return
+        text = document.get("text_delta")
+        if isinstance(text, str) and text:
+            self.pieces.append(text)
+            self.tokens += 1
 
     def _text_of(self, choice: dict[str, Any]) -> str | None:
         if not self.chat:
