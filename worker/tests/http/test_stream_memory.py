@@ -101,3 +101,21 @@ def test_error_events_of_either_shape_are_recognised() -> None:
     }
     assert is_error_event(b'{"choices": [], "error": {"code": "x"}}') is None
     assert is_error_event(b"[DONE]") is None
+
+
+def test_an_engines_error_event_followed_by_done_is_held_back_with_it() -> None:
+    memory = StreamMemory("completions")
+    error = _event({"error": {"code": 500, "message": "engine dead"}})
+    assert memory.feed(_text(" a") + _text(" b") + error + DONE_EVENT) == _text(" a") + _text(" b")
+    assert memory.withheld == error + DONE_EVENT
+    assert not memory.done
+
+
+def test_what_is_kept_is_read_again_after_more_events() -> None:
+    memory = StreamMemory("completions")
+    for _ in range(COMPACT_AT // len(_text(" w")) + 1):
+        memory.feed(_text(" w"))
+    before = memory.sent_tokens
+    memory.feed(_text(" x") + _text(" y"))
+    assert memory.sent_tokens == before + 2
+    assert memory.text.endswith(" w x y")

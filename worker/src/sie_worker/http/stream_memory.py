@@ -2,18 +2,22 @@
 can resume it on another backend (DESIGN.md, "Resuming a stream"; the resumption itself:
 :mod:`sie_worker.http.resume`).
 
-Every relayed event crosses this, so the hot path does no parsing: :meth:`StreamMemory.feed`
+Every relayed event crosses this, so the hot path parses nothing: :meth:`StreamMemory.feed`
 passes whole events only (an unfinished one waits for the rest of it, as the worker's own
 check does), keeps their bytes, notes ``[DONE]`` and holds back an error event (the hop may
-resume instead of passing it on). The bytes are read as JSON only when the stream must be
-resumed, or once they pass :data:`COMPACT_AT` (then they are folded into the text they
-carry, so a long stream costs the hop its text, not its events). ``docs/benchmarks.md``
-has the cost per event, beside a relay that keeps nothing.
+resume instead of passing it on). An error event ends what its sender sends (the worker
+ends the stream after it; an engine sends at most ``[DONE]`` after it), so only the last
+two events of each read are searched for one. Past :data:`COMPACT_AT` the kept bytes are
+compressed (zlib, fastest level: SSE events repeat their id, model and keys, so a long
+stream costs the hop a small share of its events' size). The bytes are read as JSON only
+when the stream must be resumed. ``docs/benchmarks.md`` ("Stream resumption: keeping the
+text") has the cost per event, beside a relay that keeps nothing.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +33,9 @@ __all__ = [
 DONE_EVENT = b"data: [DONE]\n\n"
 # What names the one answer a client sees: OpenAI's id, created and model; SIE's request_id.
 IDENTITY = ("id", "created", "model", "request_id")
-# Kept event bytes past which they are folded into their text.
-COMPACT_AT = 256 * 1024
+# Kept event bytes past which they are compressed: the most a relay holds of a stream for
+# a slow client too (RelayLimits.high_water), so most streams are never compressed.
+COMPACT_AT = 1024 * 1024
 
 
 def _nothing() -> None:
@@ -75,9 +80,12 @@ class StreamMemory:
     an error event comes)."""
 
     __slots__ = (
+        "_fresh",
+        "_packed",
         "_pending",
         "_raw",
         "_raw_bytes",
+        "_zip",
         "done",
         "error",
         "finish",
@@ -99,6 +107,9 @@ class StreamMemory:
         self.kind = kind  # completions, chat or generate (SIE's)
         self._raw: list[bytes] = []
         self._raw_bytes = 0
+        self._packed: list[bytes] = []  # older events, compressed by _zip
+        self._zip: Any = None
+        self._fresh = True  # the summary below is of every kept event
         self._pending = b""
         self.pieces: list[str] = []  # the text the client has, in order
         self.tokens = 0  # completion tokens the client has, counted by events
@@ -129,18 +140,28 @@ class StreamMemory:
         if cut != len(data):
             self._pending = data[cut:]
             data = data[:cut]
-        if b'"error"' in data:
+        # Searched from the start of the last two events (the last one ends the data).
+        last = data.rfind(b"\n\n", 0, data.rfind(b"\n\n", 0, cut - 2))
+        if data.find(b'"error"', last if last > 0 else 0) >= 0:
             data = self._hold_back_error(data)
         if self.rewrite is not None and data:
             data = self.rewrite(data)
         if data:
             self._raw.append(data)
             self._raw_bytes += len(data)
+            self._fresh = False
             if data.endswith(DONE_EVENT):
                 self.done = True
             if self._raw_bytes > COMPACT_AT:
-                self.compact()
+                self._pack()
         return data
+
+    def _pack(self) -> None:
+        if self._zip is None:
+            self._zip = zlib.compressobj(1)
+        self._packed.append(self._zip.compress(b"".join(self._raw)))
+        self._raw.clear()
+        self._raw_bytes = 0
 
     def end(self) -> bytes:
         """The bytes of an unfinished last event, when the stream ended without resuming."""
@@ -166,12 +187,16 @@ class StreamMemory:
         return self.tokens if self.usage_tokens is None else self.usage_tokens
 
     def compact(self) -> None:
-        """Fold the kept event bytes into the text and counts they carry."""
-        if not self._raw:
+        """Read every kept event into the text and counts they carry (the summary)."""
+        if self._fresh:
             return
         raw = b"".join(self._raw)
-        self._raw.clear()
-        self._raw_bytes = 0
+        if self._packed:
+            self._packed.append(self._zip.flush(zlib.Z_SYNC_FLUSH))
+            raw = zlib.decompressobj().decompress(b"".join(self._packed)) + raw
+        self.pieces, self.tokens, self.usage_tokens, self.identity = [], 0, None, {}
+        self.last_seq, self.finish, self.role_sent, self.usage_seen = -1, None, False, False
+        self.unresumable = None
         for payload in event_payloads(raw):
             if payload == b"[DONE]":
                 continue
@@ -182,6 +207,7 @@ class StreamMemory:
                 continue
             if isinstance(document, dict):
                 self._note(document)
+        self._fresh = True
 
     @property
     def chat(self) -> bool:
