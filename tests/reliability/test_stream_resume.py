@@ -326,3 +326,16 @@ async def test_sies_generate_stream_broken_off_reaches_the_client_as_one_answer(
     assert events[-1]["usage"] == reference[-1]["usage"]
     assert not [e for e in events if "error" in e]
     assert len(script.served) == (1 if where == "just before [DONE]" else 2)
+
+
+async def test_a_refusal_no_other_backend_takes_over_reaches_the_client_as_it_came(
+    tmp_path: Path,
+) -> None:
+    script = Script([("refuse", "NOT_LEADER")])
+    async with serving(script, 1) as backends, hop("router", backends, tmp_path) as client:
+        with anyio.fail_after(20):
+            r = await client.post(PATHS["completions"], json=_body("completions"))
+    assert r.status_code == 409
+    assert r.headers["x-sie-error-code"] == "NOT_LEADER"
+    assert r.json() == {"error": {"code": "not_leader", "message": "b0 refuses"}}
+    assert len(script.served) == 1

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sie_worker.http.relay import Upstream
 from sie_worker.http.resume import Plan, Resumer, Rewrite, opted_out, plan, refusal_reason
 from sie_worker.http.stream_memory import DONE_EVENT, StreamMemory
 
@@ -173,7 +174,6 @@ def test_only_the_workers_refusals_before_any_event_are_sent_again() -> None:
 def test_which_requests_a_hop_may_resume(
     method: str, target: str, headers: list[tuple[str, str]], resume_max: int, resumable: bool
 ) -> None:
-    resumer = Resumer.of(
-        method, target, headers, b"{}", resume_max=resume_max, within_s=60, count=print
-    )
+    request = Upstream(method, target, tuple(headers), b"{}", None)
+    resumer = Resumer.of(request, resume_max, 60.0, None)
     assert (resumer is not None) == resumable

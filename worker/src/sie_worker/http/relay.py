@@ -145,6 +145,8 @@ class _Outcome:
     error: SieError | None = None
     broken: str | None = None  # why a resumable stream broke off (a resumption's reason)
     ending: bytes = b""  # what ends the client's body if the stream is not resumed
+    # A backend's refusal held back to be sent again elsewhere: status, head, body.
+    refusal: tuple[int, list[tuple[bytes, bytes]], bytes] | None = None
 
 
 class RelayResponse(Response):
@@ -172,15 +174,8 @@ class RelayResponse(Response):
         self._on_done = on_done
         self._opener = opener
         self._arrived = time.monotonic() if arrived is None else arrived
-        self._resumer = Resumer.of(
-            upstream.method,
-            upstream.target,
-            upstream.headers,
-            upstream.body,
-            resume_max=limits.resume_max,
-            within_s=(limits.read_timeout_s or 3600.0) - (time.monotonic() - self._arrived),
-            count=limits.on_resume or _uncounted,
-        )
+        within = (limits.read_timeout_s or 3600.0) - (time.monotonic() - self._arrived)
+        self._resumer = Resumer.of(upstream, limits.resume_max, within, limits.on_resume)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = _Outcome()
@@ -202,6 +197,12 @@ class RelayResponse(Response):
             outcome.error = EngineUnavailable(
                 f"{dispatch.name} stopped answering while serving this request"
             )
+        if outcome.refusal is not None and not outcome.started:
+            # A backend's refusal that no other backend took over: relayed as it came.
+            status, head, body = outcome.refusal
+            await send({"type": "http.response.start", "status": status, "headers": head})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
         if outcome.broken is not None and outcome.error is None:
             # A resumable stream that was not resumed ends as the backend ended it.
             await send({"type": "http.response.body", "body": outcome.ending, "more_body": False})
@@ -338,6 +339,10 @@ class RelayResponse(Response):
                 dispatch.answered(response.status)
                 if response.status != 200 or not sse:
                     outcome.broken = reason or "refused"
+                    if not outcome.started:  # the client's answer if it is not sent again
+                        with translate_errors(dispatch.name, dispatch.url):
+                            body = await response.read_all(self._limits.high_water)
+                        outcome.refusal = (response.status, _head(response, dispatch), body)
                     raise EngineUnavailable(
                         f"{dispatch.name} answered {response.status} "
                         f"({content_type or 'no content type'}) instead of a stream"
@@ -347,12 +352,8 @@ class RelayResponse(Response):
             resumer = None
         outcome.status = response.status
         outcome.sse = sse
-        headers = [
-            (k.encode("latin-1"), v.encode("latin-1")) for k, v in relayed_headers(response.headers)
-        ]
-        headers.extend(dispatch.response_headers)
-        start = {"type": "http.response.start", "status": response.status, "headers": headers}
-        await send(start)
+        head = _head(response, dispatch)
+        await send({"type": "http.response.start", "status": response.status, "headers": head})
         outcome.started = True
         dispatch.answered(response.status)
         if resumer is not None:
@@ -386,5 +387,9 @@ class RelayResponse(Response):
         outcome.ending = memory.withheld or memory.end()
 
 
-def _uncounted(reason: str) -> None:
-    return None
+def _head(response: UpstreamAnswer, dispatch: Dispatch) -> list[tuple[bytes, bytes]]:
+    """The head of a backend's answer as the client gets it."""
+    relayed = relayed_headers(response.headers)
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in relayed] + [
+        *dispatch.response_headers
+    ]

@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 
@@ -38,6 +38,7 @@ __all__ = [
     "REASONS",
     "RESUME_HEADER",
     "Plan",
+    "Request",
     "Resumer",
     "Rewrite",
     "opted_out",
@@ -259,6 +260,19 @@ def _continued(request: dict[str, Any], text: str, kind: str) -> dict[str, Any] 
     return continued
 
 
+class Request(Protocol):
+    """What a resumer reads of the relayed request (:class:`sie_worker.http.relay.Upstream`)."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def body(self) -> bytes: ...
+
+
 @dataclass
 class Resumer:
     """One request's resumptions: its memory of the stream, what it may still do (``left``
@@ -269,7 +283,7 @@ class Resumer:
     packed: bool  # the body is MessagePack (SIE's)
     left: int
     deadline: float
-    count: Callable[[str], None]
+    count: Callable[[str], None] | None
     request_id: str
     memory: StreamMemory = field(init=False)
     body: bytes | None = None  # what the next try sends (None: the original)
@@ -284,24 +298,23 @@ class Resumer:
     @classmethod
     def of(
         cls,
-        method: str,
-        target: str,
-        headers: Sequence[tuple[str, str]],
-        body: bytes,
-        *,
+        request: Request,
         resume_max: int,
         within_s: float,
-        count: Callable[[str], None],
+        count: Callable[[str], None] | None,
     ) -> Resumer | None:
-        """The resumer of a request the hop may resume, else None."""
-        path = target.split("?", 1)[0]
+        """The resumer of a request the hop may resume (at most ``resume_max`` times, for
+        ``within_s`` from now, each counted by ``count``), else None."""
+        path = request.target.split("?", 1)[0]
         kind = "generate" if path.startswith(_SIE_GENERATE) else _PATHS.get(path)
-        if kind is None or method != "POST" or resume_max <= 0 or opted_out(headers):
+        headers = request.headers
+        if kind is None or request.method != "POST" or resume_max <= 0 or opted_out(headers):
             return None
         found = {k.lower(): v for k, v in headers if k.lower() in ("x-request-id", "content-type")}
         packed = "msgpack" in found.get("content-type", "")
         deadline = time.monotonic() + within_s
-        return cls(body, kind, packed, resume_max, deadline, count, found.get("x-request-id", "-"))
+        request_id = found.get("x-request-id", "-")
+        return cls(request.body, kind, packed, resume_max, deadline, count, request_id)
 
     def streamed(self) -> bool:
         """Whether the request asks for a stream (read once a backend refused it)."""
@@ -335,7 +348,8 @@ class Resumer:
             return
         self.left -= 1
         self.count_done += 1
-        self.count(self.reason)
+        if self.count is not None:
+            self.count(self.reason)
         _log.warning(
             "request %s: stream resumed on %s after %s on %s, with %d completion tokens "
             "sent (resumption %d)",
