@@ -260,13 +260,36 @@ async def test_a_streamed_request_refused_before_any_event_is_sent_to_another_ba
 
 
 @pytest.mark.parametrize("name", ["router", "gateway"])
-async def test_a_non_streamed_request_that_reached_a_backend_is_never_sent_again(
+async def test_a_stream_whose_backend_drops_it_before_answering_is_sent_to_another(
     name: str, tmp_path: Path
 ) -> None:
-    script = Script([("cut", 0)])
+    script = Script([("drop", 0)])
     async with serving(script, 2) as backends, hop(name, backends, tmp_path) as client:
-        with anyio.fail_after(20), pytest.raises(httpx.HTTPError):
-            await client.post(PATHS["completions"], json=_body("completions", stream=False))
+        answer = await ask(client, "chat")
+    assert answer.status == 200
+    assert not answer.errors
+    assert answer.done == 1
+    assert len(answer.text.split()) == TOKENS
+    assert [s[1] for s in script.served] == [_body("chat")] * 2  # as it came, elsewhere
+    assert script.served[0][0] != script.served[1][0]
+
+
+@pytest.mark.parametrize("fault", [("cut", 0), ("drop", 0)], ids=["mid body", "before answering"])
+@pytest.mark.parametrize("name", ["router", "gateway"])
+async def test_a_non_streamed_request_that_reached_a_backend_is_never_sent_again(
+    name: str, fault: tuple[str, int], tmp_path: Path
+) -> None:
+    script = Script([fault])
+    body = _body("completions", stream=False)
+    async with serving(script, 2) as backends, hop(name, backends, tmp_path) as client:
+        with anyio.fail_after(20):
+            if fault[0] == "cut":  # the head is out: the connection is aborted
+                with pytest.raises(httpx.HTTPError):
+                    await client.post(PATHS["completions"], json=body)
+            else:
+                r = await client.post(PATHS["completions"], json=body)
+                assert r.status_code == 502
+                assert r.json()["error"]["code"] == "engine_unavailable"
     assert len(script.served) == 1
 
 

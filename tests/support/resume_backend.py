@@ -138,6 +138,8 @@ class ResumeBackend:
         self, writer: asyncio.StreamWriter, request: dict[str, Any], kind: str
     ) -> bool:
         fault = self.script.next_fault()
+        if fault is not None and fault[0] == "drop":  # gone before answering anything
+            return False
         if fault is not None and fault[0] == "refuse":
             status, code = _REFUSALS[fault[1]]
             error = {"error": {"code": code, "message": f"{self.name} refuses"}}

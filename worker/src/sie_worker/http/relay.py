@@ -253,7 +253,9 @@ class RelayResponse(Response):
         if outcome.backend_down:
             outcome.broken = "backend_down"
         elif isinstance(outcome.error, EngineUnavailable) and outcome.broken is None:
-            outcome.broken = "connection_lost" if outcome.started else None
+            # Before the head, only a stream may be sent again: the client has nothing yet.
+            lost = outcome.started or resumer.streamed()
+            outcome.broken = "connection_lost" if lost else None
         return outcome.broken is not None and resumer.again(outcome.broken, dispatch.name)
 
     async def _attempt(
