@@ -5,7 +5,8 @@
 A streamed ``POST /v1/completions`` or ``/v1/chat/completions`` whose backend fails after
 its answer's head (the connection lost, the backend leaving rotation, an error event, a
 stream cut before ``[DONE]``), or whose backend answers the worker's ``not_leader`` or an
-engine failure before it, is sent to another backend as its continuation: the prompt plus
+engine failure, or drops the connection, before it, is sent to another backend: as it came
+when the client has no event yet, else as its continuation: the prompt plus
 the text the client has (completions), or the messages plus the partial assistant message
 with ``continue_final_message: true, add_generation_prompt: false`` (chat), ``max_tokens``
 less the tokens the client has. The continuation's events are rewritten so that the client
