@@ -85,11 +85,11 @@ def test_usage_counts_win_over_counted_events() -> None:
 def test_tool_calls_or_several_choices_make_a_stream_unresumable() -> None:
     memory = StreamMemory("chat")
     memory.feed(_delta({"tool_calls": [{"index": 0, "function": {"name": "f"}}]}))
-    memory.compact()
+    memory.summarize()
     assert memory.unresumable is not None
     other = StreamMemory("completions")
     other.feed(_event({"id": "x", "choices": [{"index": 1, "text": "b"}]}))
-    other.compact()
+    other.summarize()
     assert other.unresumable == "several choices (n > 1)"
 
 

@@ -183,7 +183,7 @@ def plan(original: bytes, memory: StreamMemory, *, packed: bool = False) -> Plan
         return "it is not a stream"
     if request.get("n") not in (None, 1) or request.get("best_of") not in (None, 1):
         return "it asks for several choices"
-    memory.compact()
+    memory.summarize()
     if memory.unresumable is not None:
         return f"its answer has {memory.unresumable}"
     text, sent = memory.text, memory.sent_tokens

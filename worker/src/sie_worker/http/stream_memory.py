@@ -177,16 +177,16 @@ class StreamMemory:
 
     @property
     def text(self) -> str:
-        self.compact()
+        self.summarize()
         return "".join(self.pieces)
 
     @property
     def sent_tokens(self) -> int:
         """The completion tokens the client has: its last usage's, else counted events."""
-        self.compact()
+        self.summarize()
         return self.tokens if self.usage_tokens is None else self.usage_tokens
 
-    def compact(self) -> None:
+    def summarize(self) -> None:
         """Read every kept event into the text and counts they carry (the summary)."""
         if self._fresh:
             return
