@@ -60,7 +60,7 @@ def test_done_is_noted() -> None:
     assert memory.done
 
 
-def test_a_long_stream_is_folded_into_the_same_text_and_counts() -> None:
+def test_a_long_stream_is_kept_compressed_and_read_back_as_the_same_text_and_counts() -> None:
     memory = StreamMemory("chat")
     memory.feed(_delta({"role": "assistant", "content": ""}))
     count = COMPACT_AT // len(_delta({"content": " w"})) + 10
