@@ -71,7 +71,8 @@ Usage: {{ include "sie-workers.gatewayImage" . }}
 
 {{/*
 The gateway's pools file (YAML list), rendered from workers.pools: one entry per enabled
-pool x bundle with its Service, port, slots and slot width. The gateway reads it
+pool x bundle with its Service, port, slots, slot width and whether its streams resume
+(the pool's `resume`). The gateway reads it
 (SIE_GATEWAY_POOLS); workers.pools stays the one source.
 Usage: {{ include "sie-workers.gatewayPools" . }}
 */}}
@@ -92,7 +93,8 @@ Usage: {{ include "sie-workers.gatewayPools" . }}
     "slots" (include "sie-workers.slotCount" $pool | int)
     "slot_width" $width
     "service" (include "sie-workers.workloadName" (dict "root" $ "pool" $poolName "bundle" $bundleName))
-    "port" (int $.Values.workers.common.port)) -}}
+    "port" (int $.Values.workers.common.port)
+    "resume" (ne (toString $pool.resume) "false")) -}}
 {{- end -}}
 {{- end -}}
 {{- toYaml $entries -}}

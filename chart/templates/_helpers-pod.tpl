@@ -86,6 +86,10 @@ spec:
           value: {{ $pool.machineProfile | quote }}
         - name: SIE_DRAIN_TIMEOUT_S
           value: {{ $termination.drainTimeoutSec | int | quote }}
+        {{- if eq (toString $pool.resume) "false" }}
+        - name: SIE_ROUTER_RESUME_MAX
+          value: "0"
+        {{- end }}
         {{- with include "sie-workers.apiKeyEnv" $ }}
         {{- . | nindent 8 }}
         {{- end }}

@@ -45,6 +45,7 @@ _NAMES = (
     "vllm",
     "hop_cost",
     "engine_calls",
+    "resume",
 )
 # The last commit whose worker sent JSON answers through httpx: engine_calls' "before".
 ENGINE_CALLS_BEFORE = "228d00ec620ad78a221accffece183d0d36247ea"
@@ -86,6 +87,9 @@ def _commands(quick: bool, *, record: bool = True) -> dict[str, list[str]]:
         + (["--tokens", "4", "50", "--duration", "2"] if quick else []),
         "engine_calls": [*python, "tests.bench.bench_engine_calls", "--before", ENGINE_CALLS_BEFORE]
         + (["--requests", "200", "--repeats", "1"] if quick else [])
+        + ([] if record else ["--no-record"]),
+        "resume": [*python, "tests.bench.bench_resume"]
+        + (["--repeats", "2", "--duration", "1"] if quick else [])
         + ([] if record else ["--no-record"]),
     }
     # The gateway's benchmark writes its own section (## Gateway) of docs/benchmarks.md.

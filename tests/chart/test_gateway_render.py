@@ -49,6 +49,8 @@ def test_the_rendered_pools_file_is_read_by_the_gateway_and_names_every_pool_ser
         devices = {e["name"]: e.get("value") for e in worker["env"]}["SIE_DEVICES"]
         nodes = workload["spec"].get("leaderWorkerTemplate", {}).get("size", 1)
         assert spec.slot_width == (1 if devices == "cpu" else len(devices.split(","))) * nodes
+        # The gateway and the pool's routers agree on resuming streams (the pool's resume).
+        assert spec.resume == (env.get("SIE_ROUTER_RESUME_MAX") != "0")
 
 
 def _key(workload: dict) -> tuple[str, str]:  # type: ignore[type-arg]
@@ -73,3 +75,12 @@ def test_the_gateway_pods_roll_when_the_pools_change() -> None:
 
     assert checksum() != checksum("workers.pools.l4.gpu.count=2")
     assert checksum() == checksum("gateway.replicas=3")
+
+
+def test_a_pool_with_resume_false_resumes_streams_neither_in_the_gateway_nor_its_routers() -> None:
+    docs = render(sets=["workers.pools.l4.resume=false"])
+    (spec,) = parse_pools(_pools_file(docs))
+    assert spec.resume is False
+    [workload] = [w for w in of_kind(docs, "Deployment") if _key(w)[0] == "l4"]
+    router = next(c for c in _pod_spec(workload)["containers"] if c["name"] == "router")
+    assert {"name": "SIE_ROUTER_RESUME_MAX", "value": "0"} in router["env"]

@@ -29,6 +29,15 @@ def test_a_chart_entry_reads_as_a_pool_spec() -> None:
     assert spec.gpu == "l4-4x"
 
 
+def test_a_pool_resumes_its_streams_unless_it_says_resume_false() -> None:
+    (default,) = parse_pools([CLUSTER])
+    assert default.resume is True
+    (off,) = parse_pools([CLUSTER | {"resume": False}])
+    assert off.resume is False
+    with pytest.raises(PoolsFileError, match=r"\$\[0\]\.resume: must be true or false, got 'no'"):
+        parse_pools([CLUSTER | {"resume": "no"}])
+
+
 def test_a_local_entry_lists_endpoints_and_defaults_its_profile_to_the_gpu_type() -> None:
     (spec,) = parse_pools(
         [

@@ -8,7 +8,14 @@ import anyio
 import pytest
 
 from sie_worker.backends.prefix import PrefixConfig
-from sie_worker.errors import NoPool, Provisioning, QueueFull, UnknownModel, UnknownPool
+from sie_worker.errors import (
+    EngineUnavailable,
+    NoPool,
+    Provisioning,
+    QueueFull,
+    UnknownModel,
+    UnknownPool,
+)
 from sie_worker.gateway.catalogue import Catalogue
 from sie_worker.gateway.choice import Selection, select_pools, selection
 from sie_worker.gateway.metrics import GatewayMetrics
@@ -149,6 +156,16 @@ async def test_an_excluded_pod_is_not_chosen_again() -> None:
     pod, _ = await holder.pick(SELECTION, frozenset())
     with pytest.raises(Provisioning):
         await holder.pick(SELECTION, frozenset({pod.name}))
+
+
+async def test_a_resumption_with_no_other_pod_is_refused_at_once_never_held() -> None:
+    fleet = _fleet(hold_s=600)  # a held request would outlive the test's guard
+    _ready(fleet, "pod-0")
+    holder = Holder(fleet)
+    pod, _ = await holder.pick(SELECTION, frozenset())
+    with anyio.fail_after(10), pytest.raises(EngineUnavailable, match="no other ready pod"):
+        await holder.pick(SELECTION, frozenset({pod.name}), hold=False)
+    assert fleet.groups[L4.key].held == 0
 
 
 async def test_a_keyless_chat_follows_its_prefix_to_the_pod_that_served_it() -> None:

@@ -57,3 +57,11 @@ def test_the_prefix_index_sizes_are_read_and_a_bad_one_is_refused_by_name() -> N
     assert (prefix.block_chars, prefix.index_blocks) == (128, 1000)
     with pytest.raises(GatewaySettingsError, match="SIE_GATEWAY_PREFIX_BLOCK_CHARS"):
         GatewaySettings.from_env({**env, "SIE_GATEWAY_PREFIX_BLOCK_CHARS": "0"})
+
+
+def test_resumptions_per_stream_are_read_and_a_bad_count_is_refused_by_name() -> None:
+    env = {"SIE_GATEWAY_POOLS": "p.yaml"}
+    assert GatewaySettings.from_env(env).resume_max == 2
+    assert GatewaySettings.from_env({**env, "SIE_GATEWAY_RESUME_MAX": "0"}).resume_max == 0
+    with pytest.raises(GatewaySettingsError, match="SIE_GATEWAY_RESUME_MAX: must be an integer"):
+        GatewaySettings.from_env({**env, "SIE_GATEWAY_RESUME_MAX": "twice"})

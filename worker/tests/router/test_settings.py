@@ -99,3 +99,16 @@ def test_bad_prefix_sizes_are_refused_naming_the_variable(
 ) -> None:
     with pytest.raises(RouterSettingsError, match=fragment):
         RouterSettings.from_env(env)
+
+
+@pytest.mark.parametrize(("raw", "resume_max"), [(None, 2), ("0", 0), ("5", 5)])
+def test_resumptions_per_stream_default_to_two_and_zero_turns_them_off(
+    raw: str | None, resume_max: int
+) -> None:
+    env = {} if raw is None else {"SIE_ROUTER_RESUME_MAX": raw}
+    assert RouterSettings.from_env(env).resume_max == resume_max
+
+
+def test_a_bad_resume_max_is_refused_naming_the_variable() -> None:
+    with pytest.raises(RouterSettingsError, match="SIE_ROUTER_RESUME_MAX: must be an integer >= 0"):
+        RouterSettings.from_env({"SIE_ROUTER_RESUME_MAX": "-1"})

@@ -65,5 +65,9 @@ class BackendDispatch:
     def aborts(self) -> set[Callable[[], None]]:
         return self.backend.aborts
 
+    @property
+    def resume(self) -> bool:
+        return True
+
     def connected(self) -> None:
         return

@@ -12,6 +12,7 @@ their backends, the limits of the requests they take, and the prefix index.
 | ``SIE_DRAIN_TIMEOUT_S`` | 30 | how long in-flight requests may finish after SIGTERM |
 | ``<prefix>PREFIX_BLOCK_CHARS`` | 256 | prompt characters per block of the prefix index |
 | ``<prefix>PREFIX_INDEX_BLOCKS`` | 32768 | block hashes the prefix index keeps (0: off) |
+| ``<prefix>RESUME_MAX`` | 2 | resumptions of a broken stream per request (0: off) |
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class HopSettings:
     read_timeout_s: float = 3600.0
     drain_timeout_s: float = 30.0
     prefix: PrefixConfig = field(default_factory=PrefixConfig)
+    # Resumptions of a stream whose backend fails mid-stream (DESIGN.md, "Resuming a
+    # stream"), per request; 0 turns resumption off.
+    resume_max: int = 2
 
 
 def hop_settings_from_env(
@@ -58,6 +62,7 @@ def hop_settings_from_env(
         "read_timeout_s": _seconds(env, f"{prefix}READ_TIMEOUT_S", 3600.0),
         "drain_timeout_s": _seconds(env, "SIE_DRAIN_TIMEOUT_S", 30.0),
         "prefix": prefix_config_from_env(env, prefix),
+        "resume_max": _count(env, f"{prefix}RESUME_MAX", 2),
     }
 
 
@@ -73,6 +78,17 @@ def prefix_config_from_env(env: Mapping[str, str], prefix: str) -> PrefixConfig:
             f"{name}: must be 0 (off) or an integer above zero, got {raw!r}"
         ) from None
     return PrefixConfig(env_int(env, f"{prefix}PREFIX_BLOCK_CHARS", DEFAULT_BLOCK_CHARS), blocks)
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    """An integer >= 0 (0 is a value here, not "unset")."""
+    raw = env.get(name, "").strip()
+    if raw == "0":
+        return 0
+    try:
+        return env_int(env, name, default)
+    except SettingsError:
+        raise SettingsError(f"{name}: must be an integer >= 0, got {raw!r}") from None
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

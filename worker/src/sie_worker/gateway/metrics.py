@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sie_worker.errors import SieError
 from sie_worker.gateway.policy import REASONS
 from sie_worker.gateway.pools import PoolKey
+from sie_worker.http.resume import REASONS as RESUME_REASONS
 from sie_worker.metric_children import Children
 
 __all__ = ["ANSWER_CODES", "HOLD_OUTCOMES", "GatewayMetrics", "HeldRequest"]
@@ -114,6 +115,15 @@ class GatewayMetrics:
             labels,
             registry=r,
         )
+        self.resumes = Counter(
+            "sie_gateway_resumes",
+            "Streams resumed on another pod after theirs failed mid-stream, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self._resumes = Children(self.resumes)
+        for reason in RESUME_REASONS:
+            self._resumes(reason)
         # Requests held per pool x bundle, oldest first (dicts keep insertion order).
         self.holds: dict[PoolKey, dict[HeldRequest, None]] = {}
         # Children of the per-request series, looked up once each.
@@ -136,6 +146,10 @@ class GatewayMetrics:
                 self.pods.labels(**pool, state=state).set(0)
             for outcome in HOLD_OUTCOMES:
                 self.hold_outcomes.labels(**pool, outcome=outcome)
+
+    def resumed(self, reason: str) -> None:
+        """One more ``sie_gateway_resumes_total{reason}``."""
+        self._resumes(reason).inc()
 
     def hold(self, key: PoolKey) -> HeldRequest:
         """A request starts waiting for a ready pod of ``key``; call ``end`` when it stops."""

@@ -11,6 +11,7 @@ The chart renders it from ``workers.pools`` (the one source); local runs write i
       service: sie-l4-4x-sglang   # in a cluster: the Service whose EndpointSlices list its pods
       port: 8080                  #   and its port (the EndpointSlice's own port wins)
       # endpoints: [http://127.0.0.1:9001]   # instead of service: pod router URLs (local runs)
+      resume: true                # resume a stream whose pod fails mid-stream (default true)
 
 :func:`parse_pools` reports every problem at once, each naming the entry, the field and
 the fix, sorted by where it is.
@@ -40,6 +41,7 @@ _FIELDS = (
     "service",
     "port",
     "endpoints",
+    "resume",
 )
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _MAX_BYTES = 1024 * 1024
@@ -75,6 +77,8 @@ class PoolSpec:
     service: str | None = None
     port: int | None = None
     endpoints: tuple[str, ...] | None = None  # local runs: pod router URLs instead of a Service
+    # Streams whose pod fails mid-stream go on on another pod (DESIGN.md, "Resuming a stream").
+    resume: bool = True
 
     @property
     def key(self) -> PoolKey:
@@ -192,6 +196,9 @@ def _entry(entry: Mapping[Any, Any], where: str) -> tuple[PoolSpec | None, list[
     service = name("service", required=False)
     port = count("port", 1, 65535, None)
     endpoints = _endpoints(entry, where, problems)
+    resume = entry.get("resume", True)
+    if not isinstance(resume, bool):
+        problems.append((f"{where}.resume", f"must be true or false, got {resume!r}"))
     if service is None and endpoints is None and "service" not in entry:
         problems.append(
             (
@@ -225,6 +232,7 @@ def _entry(entry: Mapping[Any, Any], where: str) -> tuple[PoolSpec | None, list[
             service=service,
             port=port,
             endpoints=endpoints,
+            resume=resume is not False,
         ),
         problems,
     )

@@ -191,7 +191,7 @@ async def configs(request: Request) -> Response:
     pod = min(pods, key=lambda p: (p.outstanding, p.name))
     upstream = _upstream(request, b"", None)
 
-    async def route(exclude: frozenset[Hashable]) -> Dispatch:
+    async def route(exclude: frozenset[Hashable], hold: bool) -> Dispatch:
         if pod.name in exclude:
             raise EngineUnavailable(f"pod {pod.name} ({pod.url}) is not answering")
         return PodDispatch.of(
@@ -230,8 +230,8 @@ def _route(
     upstream = _upstream(request, body, model)
     picked: list[PoolKey] = []
 
-    async def route(exclude: frozenset[Hashable]) -> Dispatch:
-        pod, decision = await gateway.holder.pick(chosen, exclude)
+    async def route(exclude: frozenset[Hashable], hold: bool) -> Dispatch:
+        pod, decision = await gateway.holder.pick(chosen, exclude, hold)
         picked.append(pod.key)
         return PodDispatch.of(gateway.fleet, pod, decision, model)
 

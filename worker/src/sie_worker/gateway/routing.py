@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from sie_worker.backends.hop import BackendDispatch
-from sie_worker.errors import Provisioning, QueueFull
+from sie_worker.errors import EngineUnavailable, Provisioning, QueueFull
 from sie_worker.gateway.choice import Selection
 from sie_worker.gateway.metrics import HeldRequest
 from sie_worker.gateway.policy import Decision, choose
@@ -47,8 +47,10 @@ class Holder:
         self.fleet.notify()
 
     async def pick(
-        self, selection: Selection, exclude: frozenset[Hashable]
+        self, selection: Selection, exclude: frozenset[Hashable], hold: bool = True
     ) -> tuple[PodState, Decision]:
+        """The pod of a try; ``hold``: wait for one while none is ready (else refuse at
+        once, as a resumption must)."""
         fleet, settings = self.fleet, self.settings
         names = frozenset(str(e) for e in exclude)
         held: HeldRequest | None = None
@@ -76,6 +78,8 @@ class Holder:
                     fleet.prefixes.record(selection.prefix, (decision.group, decision.pod))
                     return fleet.groups[decision.group].pods[decision.pod], decision
                 target = held.key if held else selection.groups[0]
+                if not hold:
+                    raise EngineUnavailable(f"pool {target} has no other ready pod")
                 if self.draining:
                     outcome = "drained"
                     self._count(target, 503)
@@ -162,6 +166,10 @@ class PodDispatch(BackendDispatch):
     def answered(self, status: int) -> None:
         key = self.pod.key
         self.fleet.metrics.requests_of(key.pool, key.bundle, str(status)).inc()
+
+    @property
+    def resume(self) -> bool:
+        return self.fleet.groups[self.pod.key].spec.resume
 
     def finished(self, *, status: int | None) -> None:
         self.fleet.finished(self.pod, self.model, served=status is not None and status < 400)

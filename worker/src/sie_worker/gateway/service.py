@@ -56,7 +56,12 @@ class Gateway:
         self.gauges = GatewayMetrics(s.key for s in self.specs)
         self.fleet = Fleet(settings, self.specs, self.gauges)
         self.holder = Holder(self.fleet, slot_target=settings.slot_target)
-        self.limits = RelayLimits(settings.connect_timeout_s, settings.read_timeout_s)
+        self.limits = RelayLimits(
+            settings.connect_timeout_s,
+            settings.read_timeout_s,
+            resume_max=settings.resume_max,
+            on_resume=self.gauges.resumed,
+        )
         self.calls = OwnCalls(
             client, lambda: hop_client(httpx.Timeout(settings.poll_timeout_s)), "gateway"
         )

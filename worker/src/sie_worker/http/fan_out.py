@@ -25,7 +25,8 @@ from starlette.responses import Response
 from sie_worker.errors import SieError
 from sie_worker.http.errors import error_response
 from sie_worker.http.headers import relayed_headers
-from sie_worker.http.relay import Upstream, translate_errors
+from sie_worker.http.relay import Upstream
+from sie_worker.http.upstream import translate_errors
 
 __all__ = ["Target", "ask_all", "fan_out"]
 

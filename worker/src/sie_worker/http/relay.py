@@ -17,39 +17,39 @@ TaskCancel` the app calls among the abort callbacks registered in
 connection was refused, or was still being made when the backend left rotation) is routed
 again without that backend; one already written ends with ``engine_unavailable`` (before
 the answer's head), an SSE error event (mid stream) or an aborted connection (mid body).
-Backend answers, errors included, pass through unchanged.
+Backend answers, errors included, pass through unchanged, except that a stream the hop may
+resume (:mod:`sie_worker.http.resume`, with ``RelayLimits.resume_max``) goes on on another
+backend, routed without holding, when its backend fails after the answer's head.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from sie_worker.errors import EngineTimeout, EngineUnavailable, SieError
+from sie_worker.errors import EngineUnavailable, SieError
 from sie_worker.http.connections import Connections
 from sie_worker.http.errors import error_response, sse_error_event
 from sie_worker.http.headers import relayed_headers
+from sie_worker.http.resume import RESUME_HEADER, Resumer, refusal_reason
 from sie_worker.http.splice import ClientWatch, TaskCancel, relay_body
-from sie_worker.http.upstream import open_stream
+from sie_worker.http.stream_memory import DONE_EVENT as DONE
+from sie_worker.http.upstream import Refused, open_stream, translate_errors
 from sie_worker.http.upstream_answer import UpstreamAnswer
 
 __all__ = [
     "ChooseBackend",
     "Dispatch",
     "Opener",
-    "Refused",
     "RelayLimits",
     "RelayResponse",
     "Upstream",
-    "translate_errors",
 ]
 
 
@@ -103,14 +103,21 @@ class Dispatch(Protocol):
         """Added to an error the relay answers itself after this try."""
         ...
 
+    @property
+    def resume(self) -> bool:
+        """Whether a stream this try relays may be resumed elsewhere (a pool's ``resume``)."""
+        ...
+
     def connected(self) -> None: ...
     def refused(self, reason: str) -> None: ...
     def answered(self, status: int) -> None: ...
     def finished(self, *, status: int | None) -> None: ...
 
 
-# Picks the backend of a try, given the ones already tried (raises a SieError to answer).
-ChooseBackend = Callable[[frozenset[Hashable]], Awaitable[Dispatch]]
+# Picks the backend of a try, given the ones already tried (raises a SieError to answer);
+# the flag says whether it may hold the request for a backend (False: a resumption, which
+# never waits with a broken stream).
+ChooseBackend = Callable[[frozenset[Hashable], bool], Awaitable[Dispatch]]
 Opener = Callable[..., Awaitable[UpstreamAnswer]]
 
 
@@ -122,6 +129,9 @@ class RelayLimits:
     high_water: int = 1024 * 1024
     # The hop's idle connections to its backends (None: a new connection per try).
     connections: Connections | None = None
+    # Resumptions of a broken stream per request (0: none), and what counts each by reason.
+    resume_max: int = 0
+    on_resume: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -133,13 +143,17 @@ class _Outcome:
     backend_down: bool = False
     client_gone: bool = False
     error: SieError | None = None
+    broken: str | None = None  # why a resumable stream broke off (a resumption's reason)
+    ending: bytes = b""  # what ends the client's body if the stream is not resumed
+    # A backend's refusal held back to be sent again elsewhere: status, head, body.
+    refusal: tuple[int, list[tuple[bytes, bytes]], bytes] | None = None
 
 
 class RelayResponse(Response):
     """An ASGI response that routes, relays and accounts for one request.
 
-    ``route(exclude)`` picks the backend (raising a :class:`SieError` to answer with it);
-    ``on_done(seconds)`` observes the time from arrival to the end; ``opener`` opens the
+    ``route(exclude, hold)`` picks the backend (raising a :class:`SieError` to answer with
+    it); ``on_done(seconds)`` observes the time from arrival to the end; ``opener`` opens the
     backend connection (``upstream.open_stream``; injectable for tests).
     """
 
@@ -160,6 +174,8 @@ class RelayResponse(Response):
         self._on_done = on_done
         self._opener = opener
         self._arrived = time.monotonic() if arrived is None else arrived
+        within = (limits.read_timeout_s or 3600.0) - (time.monotonic() - self._arrived)
+        self._resumer = Resumer.of(upstream, limits.resume_max, within, limits.on_resume)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = _Outcome()
@@ -181,6 +197,16 @@ class RelayResponse(Response):
             outcome.error = EngineUnavailable(
                 f"{dispatch.name} stopped answering while serving this request"
             )
+        if outcome.refusal is not None and not outcome.started:
+            # A backend's refusal that no other backend took over: relayed as it came.
+            status, head, body = outcome.refusal
+            await send({"type": "http.response.start", "status": status, "headers": head})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        if outcome.broken is not None and outcome.error is None:
+            # A resumable stream that was not resumed ends as the backend ended it.
+            await send({"type": "http.response.body", "body": outcome.ending, "more_body": False})
+            return
         if outcome.error is None:
             return
         if not outcome.started:
@@ -191,7 +217,7 @@ class RelayResponse(Response):
                 dispatch.answered(response.status_code)
             await response(scope, receive, send)
         elif outcome.sse:
-            event = sse_error_event(outcome.error)
+            event = outcome.ending + sse_error_event(outcome.error)
             await send({"type": "http.response.body", "body": event, "more_body": False})
         else:
             # Headers are out and the body is cut short: abort the connection so the client
@@ -200,15 +226,37 @@ class RelayResponse(Response):
 
     async def _relay(self, scope: Scope, send: Send, outcome: _Outcome) -> None:
         exclude: set[Hashable] = set()
+        resumer = self._resumer
         while True:
             try:
-                dispatch = await self._route(frozenset(exclude))
+                dispatch = await self._route(frozenset(exclude), not outcome.started)
             except SieError as exc:
-                outcome.error = exc
-                return
+                if not outcome.started:
+                    outcome.error = exc
+                return  # a resumption found no backend: the stream ends as it broke off
+            if resumer is not None:
+                resumer.resumed_on(dispatch.name)
             if not await self._attempt(dispatch, scope, send, outcome):
-                return
+                if not self._resumed(dispatch, outcome):
+                    return
+                if resumer is not None and resumer.complete:
+                    outcome.error, outcome.broken = None, None
+                    await send({"type": "http.response.body", "body": DONE, "more_body": False})
+                    return
             exclude.add(dispatch.key)
+
+    def _resumed(self, dispatch: Dispatch, outcome: _Outcome) -> bool:
+        """Whether the try that just failed goes on on another backend."""
+        resumer = self._resumer
+        if resumer is None or outcome.client_gone or not dispatch.resume:
+            return False
+        if outcome.backend_down:
+            outcome.broken = "backend_down"
+        elif isinstance(outcome.error, EngineUnavailable) and outcome.broken is None:
+            # Before the head, only a stream may be sent again: the client has nothing yet.
+            lost = outcome.started or resumer.streamed()
+            outcome.broken = "connection_lost" if lost else None
+        return outcome.broken is not None and resumer.again(outcome.broken, dispatch.name)
 
     async def _attempt(
         self, dispatch: Dispatch, scope: Scope, send: Send, outcome: _Outcome
@@ -216,6 +264,8 @@ class RelayResponse(Response):
         """One try on one backend; True when nothing reached it (route again): it refused
         the connection, or left rotation before the request was written."""
         outcome.dispatch = dispatch
+        # What a try before this one left (a resumption's) is this try's to set again.
+        outcome.error, outcome.broken, outcome.backend_down, outcome.ending = None, None, False, b""
         # The backend leaving rotation cancels this try only, so the request can be routed
         # again when it never reached the backend.
         abort = TaskCancel()
@@ -227,15 +277,20 @@ class RelayResponse(Response):
 
         dispatch.aborts.add(abort)
         response: UpstreamAnswer | None = None
-        upstream, limits = self._upstream, self._limits
+        upstream, limits, resumer = self._upstream, self._limits, self._resumer
+        body, headers = upstream.body, upstream.headers
+        if resumer is not None and resumer.body is not None:
+            body = resumer.body
+        if not dispatch.resume:
+            headers = (*headers, (RESUME_HEADER, "off"))
         try:
             try:
                 try:
                     with translate_errors(dispatch.name, dispatch.url):
                         response = await self._opener(
                             dispatch.url + upstream.target,
-                            upstream.body,
-                            upstream.headers,
+                            body,
+                            headers,
                             method=upstream.method,
                             connect_timeout_s=limits.connect_timeout_s,
                             read_timeout_s=limits.read_timeout_s,
@@ -275,38 +330,68 @@ class RelayResponse(Response):
         outcome: _Outcome,
     ) -> None:
         """Relay the backend's answer, head then body, to the client as it arrives."""
-        outcome.status = response.status
         content_type = next((v for k, v in response.headers if k == "content-type"), "")
-        outcome.sse = content_type.startswith("text/event-stream")
-        headers = [
-            (k.encode("latin-1"), v.encode("latin-1")) for k, v in relayed_headers(response.headers)
-        ]
-        headers.extend(dispatch.response_headers)
-        start = {"type": "http.response.start", "status": response.status, "headers": headers}
-        await send(start)
+        sse = content_type.startswith("text/event-stream")
+        resumer = self._resumer if dispatch.resume else None
+        if resumer is not None and (outcome.started or not (response.status == 200 and sse)):
+            reason = refusal_reason(response.status, response.headers)
+            if outcome.started or (reason is not None and resumer.streamed()):
+                # A continuation's head is not the client's; nor is a refusal to resend.
+                outcome.status = response.status
+                dispatch.answered(response.status)
+                if response.status != 200 or not sse:
+                    outcome.broken = reason or "refused"
+                    if not outcome.started:  # the client's answer if it is not sent again
+                        with translate_errors(dispatch.name, dispatch.url):
+                            body = await response.read_all(self._limits.high_water)
+                        outcome.refusal = (response.status, _head(response, dispatch), body)
+                    raise EngineUnavailable(
+                        f"{dispatch.name} answered {response.status} "
+                        f"({content_type or 'no content type'}) instead of a stream"
+                    )
+                await self._body(response, dispatch, scope, send, outcome, resumer)
+                return
+            resumer = None
+        outcome.status = response.status
+        outcome.sse = sse
+        head = _head(response, dispatch)
+        await send({"type": "http.response.start", "status": response.status, "headers": head})
         outcome.started = True
         dispatch.answered(response.status)
+        if resumer is not None:
+            await self._body(response, dispatch, scope, send, outcome, resumer)
+            return
         with translate_errors(dispatch.name, dispatch.url):
             rest = await relay_body(response, scope, send)
         await send({"type": "http.response.body", "body": rest, "more_body": False})
 
+    async def _body(
+        self,
+        response: UpstreamAnswer,
+        dispatch: Dispatch,
+        scope: Scope,
+        send: Send,
+        outcome: _Outcome,
+        resumer: Resumer,
+    ) -> None:
+        """Relay a resumable stream's body through its memory; a stream that broke off
+        leaves the end of the client's body to :meth:`__call__` (or to its resumption)."""
+        memory = resumer.memory
+        memory.stop = response.close
+        with translate_errors(dispatch.name, dispatch.url):
+            rest = await relay_body(response, scope, send, memory.feed)
+        if memory.done:
+            await send({"type": "http.response.body", "body": rest, "more_body": False})
+            return
+        if rest:
+            await send({"type": "http.response.body", "body": rest, "more_body": True})
+        outcome.broken = "error_event" if memory.error is not None else "truncated"
+        outcome.ending = memory.withheld or memory.end()
 
-class Refused(EngineUnavailable):
-    """The backend refused the connection: the request never reached it."""
 
-
-@contextmanager
-def translate_errors(name: str, url: str) -> Iterator[None]:
-    """Turn httpx's transport errors (both clients raise them) into error codes, chained."""
-    try:
-        yield
-    except httpx.ConnectError as exc:
-        raise Refused(f"{name} ({url}) refused the connection: {exc}") from exc
-    except httpx.TimeoutException as exc:
-        if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
-            raise EngineUnavailable(f"{name} ({url}) did not accept a connection") from exc
-        raise EngineTimeout(f"{name} ({url}) sent nothing within the read timeout") from exc
-    except httpx.TransportError as exc:
-        raise EngineUnavailable(
-            f"{name} ({url}) dropped the request: {type(exc).__name__}: {exc}"
-        ) from exc
+def _head(response: UpstreamAnswer, dispatch: Dispatch) -> list[tuple[bytes, bytes]]:
+    """The head of a backend's answer as the client gets it."""
+    relayed = relayed_headers(response.headers)
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in relayed] + [
+        *dispatch.response_headers
+    ]

@@ -12,22 +12,24 @@ answers with the error instead).
 Failures are raised as httpx's exception types (``ConnectError``, ``ConnectTimeout``,
 ``ReadTimeout``, ``ReadError``, ``RemoteProtocolError``) and a passed deadline as
 :class:`~sie_worker.http.deadlines.DeadlineHit`, so callers translate every client's
-failures in one place.
+failures in one place: :func:`translate_errors`, into error codes.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import httpx
 
+from sie_worker.errors import EngineTimeout, EngineUnavailable
 from sie_worker.http.connections import Connections
 from sie_worker.http.deadlines import Deadlines, Limit
 from sie_worker.http.upstream_answer import UpstreamAnswer, never
 
-__all__ = ["IDEMPOTENT", "open_stream"]
+__all__ = ["IDEMPOTENT", "Refused", "open_stream", "translate_errors"]
 
 # RFC 9110 (9.2.2): what may be sent again when the first try may have reached the upstream.
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
@@ -122,3 +124,24 @@ async def _connect(
     except OSError as exc:
         raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
     return response
+
+
+class Refused(EngineUnavailable):
+    """The backend refused the connection: the request never reached it."""
+
+
+@contextmanager
+def translate_errors(name: str, url: str) -> Iterator[None]:
+    """Turn httpx's transport errors (both clients raise them) into error codes, chained."""
+    try:
+        yield
+    except httpx.ConnectError as exc:
+        raise Refused(f"{name} ({url}) refused the connection: {exc}") from exc
+    except httpx.TimeoutException as exc:
+        if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+            raise EngineUnavailable(f"{name} ({url}) did not accept a connection") from exc
+        raise EngineTimeout(f"{name} ({url}) sent nothing within the read timeout") from exc
+    except httpx.TransportError as exc:
+        raise EngineUnavailable(
+            f"{name} ({url}) dropped the request: {type(exc).__name__}: {exc}"
+        ) from exc

@@ -57,7 +57,7 @@ _OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 # SIE's native routes; the model is in the path ('/' written '__' for generate).
 _SIE_PATHS = ("/v1/encode/{model:path}", "/v1/score/{model:path}", "/v1/generate/{model:path}")
 _ACTIONS = ("load", "unload", "pin", "unpin")
-_Pick = Callable[[frozenset[int]], Awaitable[Decision]]  # slot choice, given slots to avoid
+_Pick = Callable[[frozenset[int], bool], Awaitable[Decision]]  # slot choice: slots to avoid, hold
 
 
 def build_client(settings: RouterSettings) -> httpx.AsyncClient:
@@ -250,7 +250,7 @@ class _Router:
         return SlotRelayResponse(self.table, upstream, route)
 
     def _by_policy(self, model: str, prefix: tuple[int, ...] = ()) -> _Pick:
-        async def route(exclude: frozenset[int]) -> Decision:
+        async def route(exclude: frozenset[int], hold: bool) -> Decision:
             deadline = time.monotonic() + self.settings.queue_timeout_s
             queued = False
             try:
@@ -262,7 +262,7 @@ class _Router:
                         self.table.sent(decision.slot, prefix)
                         return decision
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    if remaining <= 0 or not hold:
                         self.table.sent(decision.slot, prefix)
                         return Decision(decision.slot, "least_outstanding")
                     if not queued:
@@ -276,7 +276,7 @@ class _Router:
 
         return route
 
-    async def _to_any(self, exclude: frozenset[int]) -> Decision:
+    async def _to_any(self, exclude: frozenset[int], hold: bool) -> Decision:
         candidates = [s for s in self.table.slots if s.up and s.index not in exclude]
         if not candidates:
             raise self._no_slot()
@@ -284,7 +284,7 @@ class _Router:
         return Decision(best.index, "least_outstanding")
 
     def _to_named(self, slot: int) -> _Pick:
-        async def route(exclude: frozenset[int]) -> Decision:
+        async def route(exclude: frozenset[int], hold: bool) -> Decision:
             state = self.table.slots[slot]
             # A named slot is tried unless it is out of rotation: one slow first poll
             # does not make a slot "not answering" (three in a row, or a refusal, do).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from sie_worker.http.resume import REASONS as RESUME_REASONS
 from sie_worker.metric_children import Children
 from sie_worker.model_states import MODEL_STATES
 from sie_worker.router.policy import REASONS
@@ -67,14 +68,23 @@ class RouterMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
             registry=r,
         )
+        self.resumes = Counter(
+            "sie_router_resumes",
+            "Streams resumed on another slot after theirs failed mid-stream, by reason.",
+            ["reason"],
+            registry=r,
+        )
         self.slots.set(slot_count)
         # Children looked up once: labels() takes a lock and builds a key on every call,
         # and every relayed request touches these.
         self.inflight_of = [self.inflight.labels(slot=str(s)) for s in range(slot_count)]
         self._decisions = Children(self.decisions)
         self._requests = Children(self.requests)  # (slot, status)
+        self._resumes = Children(self.resumes)
         for reason in REASONS:
             self._decisions(reason)
+        for resume_reason in RESUME_REASONS:
+            self._resumes(resume_reason)
         for slot in range(slot_count):
             self.inflight_of[slot].set(0)
             self.slot_up.labels(slot=str(slot)).set(0)
@@ -85,6 +95,10 @@ class RouterMetrics:
     def decisions_of(self, reason: str) -> Counter:
         """``sie_router_decisions_total{reason}`` (the child, looked up once)."""
         return self._decisions(reason)
+
+    def resumed(self, reason: str) -> None:
+        """One more ``sie_router_resumes_total{reason}``."""
+        self._resumes(reason).inc()
 
     def requests_of(self, slot: int, status: int) -> Counter:
         """``sie_router_requests{slot, status}`` (the child, looked up once)."""

@@ -29,8 +29,9 @@ __all__ = ["ChooseSlot", "SlotRelayResponse"]
 
 logger = logging.getLogger("sie_worker.router")
 
-# Picks the slot of a try, given the slots already tried.
-ChooseSlot = Callable[[frozenset[int]], Awaitable[Decision]]
+# Picks the slot of a try, given the slots already tried; the flag: whether it may wait for
+# a slot (not for a resumption).
+ChooseSlot = Callable[[frozenset[int], bool], Awaitable[Decision]]
 # Unsent bytes held per relayed answer: past this, reading from the slot pauses until the
 # client has taken them, so a slow client slows its slot's stream instead of growing memory.
 _HIGH_WATER = 1024 * 1024
@@ -83,8 +84,8 @@ class SlotRelayResponse(_relay.RelayResponse):
     ) -> None:
         settings = table.settings
 
-        async def route_slot(exclude: frozenset[Hashable]) -> _relay.Dispatch:
-            decision = await route(frozenset(k for k in exclude if isinstance(k, int)))
+        async def route_slot(exclude: frozenset[Hashable], hold: bool) -> _relay.Dispatch:
+            decision = await route(frozenset(k for k in exclude if isinstance(k, int)), hold)
             table.metrics.decisions_of(decision.reason).inc()
             table.dispatched(decision.slot, upstream.model, decision.reason)
             # A request for a model that is not ready waits for it: counted as queued.
@@ -109,6 +110,8 @@ class SlotRelayResponse(_relay.RelayResponse):
                 settings.read_timeout_s,
                 _HIGH_WATER,
                 connections=table.connections,
+                resume_max=settings.resume_max,
+                on_resume=table.metrics.resumed,
             ),
             on_done=table.metrics.duration.observe,
             opener=_open,
