@@ -14,20 +14,28 @@ real engine, side by side with the engine's own port, and what the worker adds t
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
-from tests.bench._bench import cpu_seconds
-from tests.support import loopback
+from tests.bench._bench import OUT, ROOT, cpu_seconds, prepare, services, start_worker, write_result
+from tests.bench.report import record_section
+from tests.support import loopback, tiny_models
 
-__all__ = ["PATHS", "engine_port", "load_overhead", "measure", "table"]
+__all__ = ["PATHS", "EngineBench", "engine_port", "load_overhead", "main", "measure", "table"]
 
 PATHS = ("direct", "worker")
 
@@ -182,3 +190,86 @@ def table(cells: list[dict[str, Any]], streams_list: tuple[int, ...], server: st
             f"{worker['worker_us_per_token']:.0f} µs |"
         )
     return lines
+
+
+@dataclass(frozen=True)
+class EngineBench:
+    """One engine's benchmark: what differs between bench_vllm and bench_sglang."""
+
+    name: str  # "vllm": its result file (tests/bench/out/NAME.json), module and model ids
+    module: str  # the engine's ``python -m`` module
+    env: Mapping[str, str]  # the worker's environment
+    config: Callable[[str, Path, int], dict[str, Any]]  # the model's config at a width
+    python: Path  # the engine's interpreter, to read its version
+    section: Callable[[dict[str, Any], str], str]  # the docs/benchmarks.md section
+    streams: tuple[int, ...]
+    rounds: int  # the default number of rounds
+
+
+def main(bench: EngineBench, argv: Sequence[str] | None, description: str) -> int:
+    """Load the model at width 2 through the worker (the load's overhead), then at width 1
+    measure both paths; write the result and the section."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=bench.rounds)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--no-record", action="store_true", help="print, do not write the doc")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args(argv)
+    prepare()
+    model_dir = OUT / "tiny-llama-32"
+    if not (model_dir / "config.json").is_file():
+        subprocess.run(
+            [sys.executable, tiny_models.__file__, str(model_dir), "--head-dim", "32"], check=True
+        )
+    wide, served = f"bench/tiny-{bench.name}-tp2", f"bench/tiny-{bench.name}"
+    client_core = {max(os.sched_getaffinity(0))}
+    os.sched_setaffinity(0, client_core)
+    with services() as started:
+        worker = start_worker(
+            f"bench-{bench.name}-worker",
+            OUT / f"{bench.name}-configs",
+            env=dict(bench.env),
+            models=[bench.config(wide, model_dir, 2), bench.config(served, model_dir, 1)],
+            cpus=client_core,
+        )
+        started.append(worker)
+        load = load_overhead(worker.url, bench.module, wide)
+        with loopback.client(base_url=worker.url, timeout=600) as client:
+            client.post(f"/v1/models/{wide}/unload").raise_for_status()
+            client.post(f"/v1/models/{served}/load").raise_for_status()
+        engine = engine_port(bench.module, served)
+        assert engine is not None, "the engine is not running after its load"
+        cells = measure(
+            (worker.url, worker.proc.pid),
+            f"http://127.0.0.1:{engine[0]}",
+            engine[1].pid,
+            served,
+            streams_list=bench.streams,
+            rounds=args.rounds,
+            tokens=args.tokens,
+        )
+    top = bench.module.split(".", 1)[0]
+    version = subprocess.run(
+        [str(bench.python), "-c", f"import {top}; print({top}.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    result = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{psutil.cpu_count()} CPUs, load average {psutil.getloadavg()[0]:.1f}",
+        bench.name: version,
+        "tokens": args.tokens,
+        "rounds": args.rounds,
+        "cells": cells,
+        "load": load,
+    }
+    write_result(bench.name, result)
+    command = f".venv/bin/python -m tests.bench.bench_{bench.name}" + (
+        f" --rounds {args.rounds}" if args.rounds != bench.rounds else ""
+    )
+    text = bench.section(result, command)
+    print(text)
+    if not args.no_record:
+        record_section(args.output, text)
+    return 0

@@ -15,33 +15,24 @@ worker and this client on core 1, for 1 and 8 concurrent streams.
 Writes ``tests/bench/out/sglang.json`` and the ``## SGLang behind the worker`` section of
 ``docs/benchmarks.md`` (unless ``--no-record``).
 
-    .venv/bin/python -m tests.bench.bench_sglang [--rounds 7] [--tokens 64] [--no-record]
+    .venv/bin/python -m tests.bench.bench_sglang [--rounds 41] [--tokens 64] [--no-record]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from tests.bench._bench import OUT, ROOT, prepare, services, start_worker, write_result
-from tests.bench._engine_bench import engine_port, load_overhead, measure, table
-from tests.bench.report import record_section
-from tests.support import loopback, tiny_models
+from tests.bench._bench import ROOT
+from tests.bench._engine_bench import EngineBench, table
+from tests.bench._engine_bench import main as run
 from tests.support.sglang_engine import SGLANG_BUNDLE, sglang_command, sglang_model
 
 __all__ = ["SECTION", "main"]
 
 SECTION = "## SGLang behind the worker"
-MODEL = "bench/tiny-sglang-tp2"
-SERVED = "bench/tiny-sglang"  # width 1, for the throughput rounds
 STREAMS = (1, 8)
 ENGINE_MODULE = "sglang.launch_server"
 
@@ -73,7 +64,13 @@ def section(result: dict[str, Any], command: str) -> str:
         "",
         f"Targets (issue 46): worker >= 95% of direct tokens/s at 1 stream ({ratio:.1%}); "
         f"<= 5 ms added to TTFT p50 ({added_ttft:+.1f} ms); <= 1 s added to a load beyond the "
-        f"engine's own start ({load['added_s']:.2f} s).",
+        f"engine's own start ({load['added_s']:.2f} s). One stream's figures move between runs "
+        "on this machine: on 2026-12-07 three runs (7, 11 and 41 rounds) gave +4.5, +7.6 and "
+        "+5.8 ms of added TTFT and 94.4%, 97.4% and 96.0% of direct tokens/s, so the worker "
+        "sits at the edge of the TTFT target rather than inside it. The load's figure has the "
+        "resolution of SGLang's `/health`, a generation of a second or more per call: the "
+        "engine's start and the worker's readiness poll see the same first 200, and what the "
+        "worker adds is within it.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -86,77 +83,24 @@ def _config(model_id: str, model_dir: Path, width: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--no-record", action="store_true", help="print, do not write the doc")
-    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
-    args = parser.parse_args(argv)
-    prepare()
-    model_dir = OUT / "tiny-llama-32"
-    if not (model_dir / "config.json").is_file():
-        subprocess.run(
-            [sys.executable, tiny_models.__file__, str(model_dir), "--head-dim", "32"], check=True
-        )
     env = {
         "SIE_BUNDLE": SGLANG_BUNDLE,
         "SIE_SGLANG_COMMAND": sglang_command(),
         "SIE_DEVICES": "cpu:0,cpu:1",
     }
-    client_core = {max(os.sched_getaffinity(0))}
-    os.sched_setaffinity(0, client_core)
-    with services() as started:
-        worker = start_worker(
-            "bench-sglang-worker",
-            OUT / "sglang-configs",
-            env=env,
-            models=[_config(MODEL, model_dir, 2), _config(SERVED, model_dir, 1)],
-            cpus=client_core,
-        )
-        started.append(worker)
-        load = load_overhead(worker.url, ENGINE_MODULE, MODEL)
-        with loopback.client(base_url=worker.url, timeout=600) as client:
-            client.post(f"/v1/models/{MODEL}/unload").raise_for_status()
-            client.post(f"/v1/models/{SERVED}/load").raise_for_status()
-        engine = engine_port(ENGINE_MODULE, SERVED)
-        assert engine is not None, "the engine is not running after its load"
-        cells = measure(
-            (worker.url, worker.proc.pid),
-            f"http://127.0.0.1:{engine[0]}",
-            engine[1].pid,
-            SERVED,
-            streams_list=STREAMS,
-            rounds=args.rounds,
-            tokens=args.tokens,
-        )
-    sglang = subprocess.run(
-        [
-            str(ROOT / ".venv-sglang" / "bin" / "python"),
-            "-c",
-            "import sglang; print(sglang.__version__)",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    result = {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{psutil.cpu_count()} CPUs, load average {psutil.getloadavg()[0]:.1f}",
-        "sglang": sglang,
-        "tokens": args.tokens,
-        "rounds": args.rounds,
-        "cells": cells,
-        "load": load,
-    }
-    write_result("sglang", result)
-    command = ".venv/bin/python -m tests.bench.bench_sglang" + (
-        f" --rounds {args.rounds}" if args.rounds != 7 else ""
+    bench = EngineBench(
+        name="sglang",
+        module=ENGINE_MODULE,
+        env=env,
+        config=_config,
+        python=ROOT / ".venv-sglang" / "bin" / "python",
+        section=section,
+        streams=STREAMS,
+        # A round of one stream gives one TTFT sample: many rounds for a median that holds
+        # still (they are cheap: the two loads take most of the run).
+        rounds=41,
     )
-    text = section(result, command)
-    print(text)
-    if not args.no_record:
-        record_section(args.output, text)
-    return 0
+    return run(bench, argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

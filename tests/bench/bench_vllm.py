@@ -33,28 +33,19 @@ Writes ``tests/bench/out/vllm.json`` and the ``## vLLM behind the worker`` secti
 
 from __future__ import annotations
 
-import argparse
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from tests.bench._bench import OUT, ROOT, prepare, services, start_worker, write_result
-from tests.bench._engine_bench import engine_port, load_overhead, measure, table
-from tests.bench.report import record_section
-from tests.support import loopback, tiny_models
+from tests.bench._bench import ROOT
+from tests.bench._engine_bench import EngineBench, table
+from tests.bench._engine_bench import main as run
 from tests.support.vllm_engine import vllm_command, vllm_model
 
 __all__ = ["SECTION", "main"]
 
 SECTION = "## vLLM behind the worker"
-MODEL = "bench/tiny-vllm-tp2"
-SERVED = "bench/tiny-vllm"  # width 1, for the throughput rounds
 STREAMS = (1, 8)
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -110,69 +101,21 @@ def _config(model_id: str, model_dir: Path, width: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--no-record", action="store_true", help="print, do not write the doc")
-    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
-    args = parser.parse_args(argv)
-    prepare()
-    model_dir = OUT / "tiny-llama-32"
-    if not (model_dir / "config.json").is_file():
-        subprocess.run(
-            [sys.executable, tiny_models.__file__, str(model_dir), "--head-dim", "32"], check=True
-        )
-    env = {"SIE_BUNDLE": "vllm", "SIE_VLLM_COMMAND": vllm_command(), "SIE_DEVICES": "cpu:0,cpu:1"}
-    client_core = {max(os.sched_getaffinity(0))}
-    os.sched_setaffinity(0, client_core)
-    with services() as started:
-        worker = start_worker(
-            "bench-vllm-worker",
-            OUT / "vllm-configs",
-            env=env,
-            models=[_config(MODEL, model_dir, 2), _config(SERVED, model_dir, 1)],
-            cpus=client_core,
-        )
-        started.append(worker)
-        load = load_overhead(worker.url, ENGINE_MODULE, MODEL)
-        with loopback.client(base_url=worker.url, timeout=600) as client:
-            client.post(f"/v1/models/{MODEL}/unload").raise_for_status()
-            client.post(f"/v1/models/{SERVED}/load").raise_for_status()
-        engine = engine_port(ENGINE_MODULE, SERVED)
-        assert engine is not None, "the engine is not running after its load"
-        cells = measure(
-            (worker.url, worker.proc.pid),
-            f"http://127.0.0.1:{engine[0]}",
-            engine[1].pid,
-            SERVED,
-            streams_list=STREAMS,
-            rounds=args.rounds,
-            tokens=args.tokens,
-        )
-    vllm = subprocess.run(
-        [str(ROOT / ".venv-vllm" / "bin" / "python"), "-c", "import vllm; print(vllm.__version__)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    result = {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{psutil.cpu_count()} CPUs, load average {psutil.getloadavg()[0]:.1f}",
-        "vllm": vllm,
-        "tokens": args.tokens,
-        "rounds": args.rounds,
-        "cells": cells,
-        "load": load,
-    }
-    write_result("vllm", result)
-    command = ".venv/bin/python -m tests.bench.bench_vllm" + (
-        f" --rounds {args.rounds}" if args.rounds != 7 else ""
+    bench = EngineBench(
+        name="vllm",
+        module=ENGINE_MODULE,
+        env={
+            "SIE_BUNDLE": "vllm",
+            "SIE_VLLM_COMMAND": vllm_command(),
+            "SIE_DEVICES": "cpu:0,cpu:1",
+        },
+        config=_config,
+        python=ROOT / ".venv-vllm" / "bin" / "python",
+        section=section,
+        streams=STREAMS,
+        rounds=7,
     )
-    text = section(result, command)
-    print(text)
-    if not args.no_record:
-        record_section(args.output, text)
-    return 0
+    return run(bench, argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

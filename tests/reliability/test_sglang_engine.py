@@ -4,7 +4,8 @@ The engine is SGLang 0.5.23 (the ``sglang-cu130`` bundle's release) in ``.venv-s
 the tests' stand-in for its CPU kernel module; the model a tiny Llama built here, in float32.
 The worker's devices are ``cpu:0,cpu:1`` (one core each), so a width-2 model is a real TP=2
 engine: SGLang's launcher (HTTP and tokenizer), two scheduler ranks (``sglang::scheduler_TP0``
-and ``TP1``) and a detokenizer, their messages through shared memory in ``/dev/shm``. The
+and ``TP1``) and a detokenizer, their messages through shared memory in ``/dev/shm``; a model
+of two pipeline stages is two schedulers ``sglang::scheduler_PP0`` and ``PP1``. The
 tests share one worker and run in order (the ``pytest sglang`` step of ``make test``): each
 leaves the worker as the next one expects. Outputs of random weights are checked for shape,
 never for text.
@@ -40,6 +41,7 @@ from tests.support.worker_fixtures import wait_until
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 TP2 = "tiny/sglang-tp2"
+PP2 = "tiny/sglang-pp2"
 TP1 = "tiny/sglang-tp1"
 EMBED = "tiny/sglang-embed"
 BAD = "tiny/sglang-bad-flag"
@@ -54,6 +56,7 @@ def worker(module_launcher: Launcher, tiny_vllm_llama_dir: Path) -> Worker:
     model = tiny_vllm_llama_dir
     configs = [
         sglang_model(TP2, model, width=2),
+        sglang_model(PP2, model, pipeline_parallel_size=2),
         sglang_model(TP1, model),
         sglang_model(EMBED, model, embedding=True),
         sglang_model(BAD, model, args=["--max-running-requests", "many"]),
@@ -259,3 +262,33 @@ def test_a_flag_sglang_refuses_fails_the_load_with_sglangs_own_message(worker: W
     assert "argument --max-running-requests: invalid int value: 'many'" in error["message"]
     assert worker.models()[BAD]["state"] == "failed"
     assert worker.engines().get(BAD) is None
+
+
+def test_a_model_of_two_pipeline_stages_answers_and_its_second_stage_killed_fails_it(
+    worker: Worker,
+) -> None:
+    loaded = load(worker, PP2)
+    assert loaded.status_code == 200, loaded.text
+    assert loaded.json()["devices"] == ["cpu:0", "cpu:1"]
+    group = engine_group(worker, PP2)
+    argv = group[0].cmdline()
+    assert argv[argv.index("--pp-size") + 1] == "2"
+    assert argv[argv.index("--tp-size") + 1] == "1"
+    stages = rank_processes(group, SCHEDULER)
+    assert sorted(stages) == ["sglang::scheduler_PP0", "sglang::scheduler_PP1"]
+    completion = complete(worker, PP2, ignore_eos=True)
+    assert completion.status_code == 200, completion.text
+    assert completion.json()["usage"]["completion_tokens"] == 6
+    chat = {"model": PP2, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+            "stream": True, "ignore_eos": True}  # fmt: skip
+    events = stream(worker, "/v1/chat/completions", chat)
+    assert events[-1] == "[DONE]"
+    assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+    files = shared_memory(group)
+    stage = stages["sglang::scheduler_PP1"]
+    stage.send_signal(signal.SIGKILL)
+    wait_until(lambda: worker.models()[PP2]["state"] == "failed", timeout=60)
+    model = worker.models()[PP2]
+    assert f"its rank process 'sglang::scheduler_PP1' (pid {stage.pid}) exited" in model["error"]
+    assert model["devices"] == []
+    wait_until(lambda: gone(group, files), timeout=60)  # every process, every shm file
