@@ -49,7 +49,10 @@ def worker(
     model, lora = tiny_vllm_llama_dir, tiny_vllm_lora_dir
     configs = [
         vllm_model(TP2, model, width=2),
-        vllm_model(TP1, model, lora_paths={"sql": str(lora)}, max_lora_rank=8),
+        # float32: on a CPU with AMX tiles (2026-12-07) the rank of this LoRA model in
+        # bfloat16 died of SIGILL (exit -4) on its first request; vLLM 0.32's CPU build sends
+        # a tiny model's small bf16 GEMMs to its AMX kernel, which float32 never takes.
+        vllm_model(TP1, model, lora_paths={"sql": str(lora)}, max_lora_rank=8, precision="float32"),
         vllm_model(BAD, model, args=["--max-num-seqs", "many"]),
         {
             "sie_id": MINILM,

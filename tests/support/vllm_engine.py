@@ -48,9 +48,10 @@ def vllm_model(
     *,
     width: int = 1,
     args: list[str] | None = None,
+    precision: str = "bfloat16",
     **loadtime: Any,
 ) -> dict[str, Any]:
-    """A config of ``model_path`` served by vLLM at ``width``."""
+    """A config of ``model_path`` served by vLLM at ``width`` in ``precision``."""
     options: dict[str, Any] = {**_LOADTIME, "tensor_parallel_size": width, **loadtime}
     options.setdefault("startup_timeout_s", 240)
     options.setdefault("request_read_timeout_s", 120)
@@ -62,7 +63,7 @@ def vllm_model(
         "profiles": {
             "default": {
                 "adapter_path": VLLM_GENERATION,
-                "compute_precision": "bfloat16",
+                "compute_precision": precision,
                 "extra_launch_args": [*_ARGS, *(args or [])],
                 "adapter_options": {"loadtime": options},
             }
