@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sie_worker.http.resume import REASONS
 
 from tests.support import loopback
 from tests.support.ports import free_port
@@ -161,7 +162,9 @@ def test_stream_through_router_and_worker_ends_with_done(pod: Pod) -> None:
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
 
 
-def test_stopped_worker_fails_its_stream_and_leaves_rotation(pod: Pod) -> None:
+def _stream_to_a_stopped_worker(pod: Pod, headers: dict[str, str]) -> tuple[int, list[str]]:
+    """A slow stream of org/gamma whose worker is stopped (SIGSTOP) after its first event:
+    the slot it went to, and the stream's data lines after that event."""
     with pod.client() as client:
         first = _complete(client, "org/gamma")
         slot = int(first.headers["x-sie-slot"])
@@ -172,19 +175,43 @@ def test_stopped_worker_fails_its_stream_and_leaves_rotation(pod: Pod) -> None:
             "max_tokens": 400,
             "fake": {"token_delay_s": 0.05},
         }
-        with client.stream("POST", "/v1/completions", json=body) as r:
+        with client.stream("POST", "/v1/completions", json=body, headers=headers) as r:
             lines = r.iter_lines()
             assert next(line for line in lines if line.startswith("data: "))
             os.kill(pod.workers[slot].process.pid, signal.SIGSTOP)
             rest = [line for line in lines if line.startswith("data: ")]
-        error = json.loads(rest[-1].removeprefix("data: "))
-        assert error["error"]["code"] == "engine_unavailable"
-        assert pod.metric(f'sie_router_slot_up{{slot="{slot}"}}') == 0
+    return slot, rest
+
+
+def _stopped_slot_leaves_rotation_and_comes_back(pod: Pod, slot: int) -> None:
+    assert pod.metric(f'sie_router_slot_up{{slot="{slot}"}}') == 0
+    with pod.client() as client:
         moved = _complete(client, "org/gamma")
-        assert moved.status_code == 200
-        assert int(moved.headers["x-sie-slot"]) != slot
-        os.kill(pod.workers[slot].process.pid, signal.SIGCONT)
-        wait_until(lambda: pod.metric(f'sie_router_slot_up{{slot="{slot}"}}') == 1, timeout=20)
+    assert moved.status_code == 200
+    assert int(moved.headers["x-sie-slot"]) != slot
+    os.kill(pod.workers[slot].process.pid, signal.SIGCONT)
+    wait_until(lambda: pod.metric(f'sie_router_slot_up{{slot="{slot}"}}') == 1, timeout=20)
+
+
+def test_a_stopped_workers_stream_resumes_on_another_slot_and_the_worker_leaves_rotation(
+    pod: Pod,
+) -> None:
+    before = sum(pod.metric(f'sie_router_resumes_total{{reason="{r}"}}') for r in REASONS)
+    slot, rest = _stream_to_a_stopped_worker(pod, {})
+    assert rest[-1] == "data: [DONE]"
+    assert not [line for line in rest if '"error"' in line]
+    after = sum(pod.metric(f'sie_router_resumes_total{{reason="{r}"}}') for r in REASONS)
+    assert after == before + 1
+    _stopped_slot_leaves_rotation_and_comes_back(pod, slot)
+
+
+def test_with_resume_off_a_stopped_workers_stream_fails_and_the_worker_leaves_rotation(
+    pod: Pod,
+) -> None:
+    slot, rest = _stream_to_a_stopped_worker(pod, {"X-SIE-Resume": "off"})
+    error = json.loads(rest[-1].removeprefix("data: "))
+    assert error["error"]["code"] == "engine_unavailable"
+    _stopped_slot_leaves_rotation_and_comes_back(pod, slot)
 
 
 def test_killed_worker_is_routed_around(pod: Pod) -> None:
