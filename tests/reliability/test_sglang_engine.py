@@ -107,7 +107,7 @@ def test_a_width_2_model_is_two_scheduler_ranks_on_the_blocks_cores(worker: Work
 
 
 def test_completions_chat_and_streams_come_back_through_the_worker(worker: Worker) -> None:
-    completion = complete(worker, TP2)
+    completion = complete(worker, TP2, ignore_eos=True)
     assert completion.status_code == 200, completion.text
     body = completion.json()
     assert body["model"] == TP2
@@ -163,9 +163,10 @@ def test_the_openai_client_and_sie_sdks_generate_work_unchanged(
     )
     generated = result["generated"]
     assert generated["model"] == TP2
-    assert generated["usage"]["completion_tokens"] == 4
-    assert generated["finish_reason"] == "length"
-    assert result["chunks"][-1]["finish_reason"] == "length"
+    # SIE's generate has no ignore_eos: random weights may end a text early, and then say so.
+    tokens, finish = generated["usage"]["completion_tokens"], generated["finish_reason"]
+    assert (tokens == 4 and finish == "length") or (0 < tokens < 4 and finish == "stop")
+    assert result["chunks"][-1]["finish_reason"] in ("length", "stop")
 
 
 def test_the_model_server_series_come_from_sglangs_own_metrics(worker: Worker) -> None:
