@@ -47,8 +47,8 @@ from sie_worker.config.flags.reserved_flags import (
     VLLM_RESERVED_DESTS,
     reserved_flag_problem,
 )
-from sie_worker.config.flags.sglang_flags import SGLANG_OPTIONS
-from sie_worker.config.flags.vllm_flags import VLLM_OPTIONS
+from sie_worker.engines.sglang.flags import SGLANG_OPTIONS
+from sie_worker.engines.vllm.flags import VLLM_OPTIONS
 
 __all__ = ["COMMAND", "DOCS", "main", "pages", "sglang_option_row"]
 

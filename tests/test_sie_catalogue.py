@@ -33,9 +33,9 @@ from sie_worker.config.files.jsonpath import json_path
 from sie_worker.config.files.reader import parse_config
 from sie_worker.config.flags.option_tables import option_tables, resolve
 from sie_worker.config.flags.reserved_flags import RESERVED_DESTS
-from sie_worker.config.flags.sglang_release import BUNDLE_VERSIONS, PINNED_VERSION
 from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import served_model, served_models
+from sie_worker.engines.sglang.release import BUNDLE_VERSIONS, PINNED_VERSION
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import plan_launch

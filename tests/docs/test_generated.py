@@ -84,7 +84,7 @@ def test_every_alert_the_chart_defines_has_its_runbook_anchor_on_the_operations_
 
 
 def test_the_load_time_options_page_has_a_row_for_every_sglang_option() -> None:
-    from sie_worker.config.flags.sglang_flags import SGLANG_OPTIONS
+    from sie_worker.engines.sglang.flags import SGLANG_OPTIONS
 
     page = _PAGES[ROOT / "docs" / "reference" / "load-time-options.md"]
     rows = {name: _REFERENCE.sglang_option_row(o) for name, o in SGLANG_OPTIONS.items()}

@@ -29,7 +29,7 @@ def test_settings_read_every_variable() -> None:
     assert settings.model_ready_timeout_s == 600
     assert settings.generate_read_timeout_s == 120
     assert settings.api_key == "k"
-    assert settings.sglang_command == (
+    assert settings.engine_commands.get("SIE_SGLANG_COMMAND") == (
         "numactl",
         "--cpunodebind=0",
         "python",
@@ -48,7 +48,7 @@ def test_defaults_without_environment() -> None:
     assert settings.devices == ("cpu",)
     assert settings.bundle == "default"
     assert settings.model_ready_timeout_s is None
-    assert settings.sglang_command is None
+    assert settings.engine_commands.get("SIE_SGLANG_COMMAND") is None
     assert settings.config_api == "read-write"
     assert settings.weights_download == "worker"  # the worker fetches hub weights itself
     assert settings.engine == "transformers"

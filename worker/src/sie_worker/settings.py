@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Literal
 
 from sie_server.adapters.base import EngineKind
-from sie_worker.config.engine_families import bundle_engine
 from sie_worker.devices import DeviceError, core_sets, gpu_visible, parse_devices
+from sie_worker.engines.registry import FAMILIES, bundle_engine
 from sie_worker.sizing.gpus import GpuError, parse_memory
 from sie_worker.worker.placement.allocator import STRATEGIES, Strategy
 
@@ -48,8 +48,9 @@ class Settings:
     model_ready_timeout_s: float | None = None
     generate_read_timeout_s: float | None = None
     api_key: str | None = None
-    sglang_command: tuple[str, ...] | None = None
-    vllm_command: tuple[str, ...] | None = None
+    # SIE_<ENGINE>_COMMAND prefixes, by variable (each family names its own:
+    # EngineFamily.command_variable), split like shell lines.
+    engine_commands: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     pinned_models: tuple[str, ...] = ()
     liveness_budget_s: float | None = None
     config_dir: Path | None = None
@@ -126,8 +127,7 @@ class Settings:
             model_ready_timeout_s=env_seconds(env, "SIE_MODEL_READY_TIMEOUT_S"),
             generate_read_timeout_s=env_seconds(env, "SIE_SGLANG_GENERATE_READ_TIMEOUT_S"),
             api_key=env.get("SIE_API_KEY") or None,
-            sglang_command=_command(env, "SIE_SGLANG_COMMAND"),
-            vllm_command=_command(env, "SIE_VLLM_COMMAND"),
+            engine_commands=_engine_commands(env),
             pinned_models=tuple(
                 dict.fromkeys(
                     m.strip() for m in env.get("SIE_PINNED_MODELS", "").split(",") if m.strip()
@@ -246,6 +246,17 @@ def split_address(entry: str) -> tuple[str, int | None] | None:
     if not port.isdigit() or not 0 < int(port) < 65536:
         return None
     return host, int(port)
+
+
+def _engine_commands(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """Every engine family's command prefix that is set (``SIE_SGLANG_COMMAND``, ...)."""
+    found = {}
+    for family in FAMILIES.values():
+        variable = family.command_variable
+        command = _command(env, variable) if variable else None
+        if variable and command:
+            found[variable] = command
+    return found
 
 
 def _command(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:

@@ -32,8 +32,8 @@ from sie_worker.config.adapters import (
     resolve_adapter,
     serving_bundles,
 )
-from sie_worker.config.flags.sglang_release import BUNDLE_VERSIONS
 from sie_worker.config.sie_adapters import sie_adapters, sie_bundles, sie_version
+from sie_worker.engines.sglang.release import BUNDLE_VERSIONS
 
 SGLANG_FAMILY = (GENERATION, EMBEDDING, CHAT, GEMMA, CUDA13, STRICT_THINKING)
 

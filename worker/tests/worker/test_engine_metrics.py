@@ -7,7 +7,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sie_worker.config.engine_families import FAMILIES
+from sie_worker.engines.registry import FAMILIES
 from sie_worker.model_server_series import ServerLoad
 from sie_worker.worker.engine_metrics import engine_load, engine_metrics, merge_families
 

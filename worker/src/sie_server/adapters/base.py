@@ -13,7 +13,9 @@ from typing import Any, ClassVar, Literal
 
 __all__ = ["Adapter", "EngineKind", "OneTaskAdapter", "Task"]
 
-EngineKind = Literal["sglang", "vllm", "transformers"]
+# The kind of the engine family that serves an adapter: one of sie_worker.engines.registry's
+# FAMILIES ("sglang", "vllm", "transformers", ...); the registry is its one list.
+EngineKind = str
 Task = Literal["generate", "encode", "score"]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from sie_worker.engines.registry import family_of
 from sie_worker.sizing.packing import Packing, Seat
 
 __all__ = ["sharing_json", "sharing_table", "warnings_of"]
@@ -18,17 +19,19 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:,.1f} GB"
 
 
-# The load-time option that declares an engine's share, and the flag it is passed as.
-_OPTION = {"sglang": "mem_fraction_static", "vllm": "gpu_memory_utilization"}
-_FLAG = {
-    "sglang": "--mem-fraction-static",
-    "vllm": "--gpu-memory-utilization",
-    "transformers": "--cuda-memory-fraction",
-}
+def _option(engine: str) -> str:
+    """The load-time option that declares the engine's share (SGLang's name where it has
+    none: the column of the JSON)."""
+    return family_of(engine).memory_option or "mem_fraction_static"
+
+
+def _flag(engine: str) -> str:
+    """The flag the engine's share is passed as."""
+    return family_of(engine).memory_flag or "(none)"
 
 
 def _seat_json(seat: Seat) -> dict[str, Any]:
-    option = _OPTION.get(seat.engine, "mem_fraction_static")
+    option = _option(seat.engine)
     return {
         "model": seat.name,
         "engine": seat.engine,
@@ -54,7 +57,7 @@ def sharing_json(packing: Packing) -> dict[str, Any]:
 
 def warnings_of(packing: Packing) -> list[str]:
     return [
-        f"{seat.name}: {_OPTION.get(seat.engine)} {seat.fraction:g} reserves "
+        f"{seat.name}: {_option(seat.engine)} {seat.fraction:g} reserves "
         f"{_gb(seat.fraction * packing.gpu_memory_bytes)}, {_gb(seat.short_bytes)} less than "
         "its weights and KV cache need: raise it, or shorten the context or the sequences"
         for gpu in packing.gpus
@@ -66,7 +69,7 @@ def warnings_of(packing: Packing) -> list[str]:
 def _share_text(seat: Seat) -> str:
     if seat.share is None:
         return "does not fit beside the models before it"
-    return f"starts with {_FLAG[seat.engine]} {seat.share:.3f}"
+    return f"starts with {_flag(seat.engine)} {seat.share:.3f}"
 
 
 def sharing_table(packing: Packing) -> str:
@@ -82,10 +85,10 @@ def sharing_table(packing: Packing) -> str:
         label = f"GPU {number}"
         for seat in gpu:
             if seat.fraction is not None:
-                declared = f"{_OPTION[seat.engine]} {seat.fraction:.2f}"
+                declared = f"{_option(seat.engine)} {seat.fraction:.2f}"
                 declared += " (suggested)" if seat.suggested else " (declared)"
             else:
-                declared = "default engine"
+                declared = family_of(seat.engine).label
             lines.append(
                 f"{label:<7}{seat.name:<{width}}  {declared}; reserves "
                 f"{_gb(seat.reserved_bytes)}; {_share_text(seat)}"

@@ -37,20 +37,19 @@ from typing import Any
 
 from sie_worker.commands.validate import settings_for
 from sie_worker.config.adapters import serving_bundles
-from sie_worker.config.engine_families import family_of
 from sie_worker.config.files.reader import load_config_file
 from sie_worker.config.load.load_options import adapter_of
 from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import DEFAULT_PROFILE, served_model
+from sie_worker.engines.registry import family_of
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import Settings, SettingsError
 from sie_worker.sizing.capacity import add_gpu_arguments, hardware_from_args, served_model_warnings
 from sie_worker.sizing.gpus import GpuError
-from sie_worker.sizing.memory_needs import engine_share
 from sie_worker.worker.launcher import ports
 from sie_worker.worker.launcher.plan import plan_launch
 from sie_worker.worker.launcher.ranks import group_rank
-from sie_worker.worker.placement.claims import cpu_kv_inputs, need_of
+from sie_worker.worker.placement.claims import need_of, share_at_start
 from sie_worker.worker.placement.memory import device_memory
 from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, cached_snapshot
 
@@ -152,34 +151,24 @@ def run(args: argparse.Namespace) -> int:
     family = family_of(adapter.engine)
     warnings = list(options.warnings)
     if settings.bundle not in serving_bundles(adapter):
-        version = options.sglang_version or options.vllm_version
+        version = options.engine_version
         release = f" with {family.label} {version}'s flags" if version else ""
         warnings.append(
             f"{adapter.__name__} is served by the {' or '.join(serving_bundles(adapter))} "
             f"bundle; this plan is for SIE_BUNDLE={settings.bundle}{release}"
         )
-    nccl_port = options.nccl_port
-    if adapter.engine == "sglang" and nccl_port is None and group is None:
+    nccl_port = None
+    if group is None and family.picks_rendezvous and options.nccl_port is None:
         nccl_port = ports.pick_port(ports.RENDEZVOUS_PORTS)
+    nccl_port = nccl_port or options.nccl_port
     port = ports.pick_port(ports.ENGINE_PORTS, {nccl_port} if nccl_port else ())
     memory = device_memory(settings)
+    need = need_of(options, memory, on_cpu=not devices[0].startswith("cuda"))
+    # An empty worker: all of each device is free.
     on_cuda = devices[0].startswith("cuda")
-    need = need_of(options, memory, on_cpu=not on_cuda)
-    totals = [t for t in memory.totals[: len(devices)] if t is not None]
-    share = None
-    if need is not None and len(totals) == len(devices):
-        weights, token_bytes = cpu_kv_inputs(served, options, on_cuda=on_cuda)
-        # An empty worker: all of each device is free.
-        share = engine_share(
-            adapter.engine,
-            on_cuda=on_cuda,
-            need=need,
-            totals=totals,
-            frees=totals,
-            declared=options.declared,
-            weights_bytes=weights,
-            kv_token_bytes=token_bytes,
-        )
+    share = share_at_start(
+        served, options, on_cuda=on_cuda, need=need, totals=memory.totals[: len(devices)]
+    )
     plan = plan_launch(
         served,
         options,
@@ -187,9 +176,7 @@ def run(args: argparse.Namespace) -> int:
         port=port,
         nccl_port=nccl_port,
         settings=settings,
-        share=share.fraction if share is not None else None,
-        kv_cache_gib=share.kv_cache_gib if share is not None else None,
-        kv_tokens=share.kv_tokens if share is not None else None,
+        share=share,
         group=group,
     )
     for message in warnings:

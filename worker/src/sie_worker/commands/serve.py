@@ -77,13 +77,11 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"sie-worker serve: {exc}", file=sys.stderr)
         return 1
-    if settings.engine != "transformers":
-        from sie_worker.config.flags import sglang_release, vllm_release
+    from sie_worker.engines.registry import family_of
 
-        release = sglang_release if settings.engine == "sglang" else vllm_release
-        mismatch = release.release_mismatch(settings.bundle)
-        if mismatch is not None:
-            logging.getLogger("sie_worker").warning("%s", mismatch)
+    mismatch = family_of(settings.engine).release_mismatch(settings.bundle)
+    if mismatch is not None:
+        logging.getLogger("sie_worker").warning("%s", mismatch)
     config_dir = args.config_dir or settings.config_dir
     if config_dir is not None and not config_dir.is_dir():
         print(f"sie-worker serve: --config-dir {config_dir} is not a folder", file=sys.stderr)

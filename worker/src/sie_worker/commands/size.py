@@ -33,12 +33,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sie_server.adapters.base import EngineKind
 from sie_worker.commands import _size_args, _size_report, _size_sharing
 from sie_worker.config.adapters import NotServedHere, UnknownAdapter
 from sie_worker.config.files.reader import load_config_file
 from sie_worker.config.load.load_options import adapter_of, declared_width
 from sie_worker.config.load.model_shape import ModelPathError, find_config_json
 from sie_worker.config.model import DEFAULT_PROFILE, ServedModel, served_model
+from sie_worker.engines.registry import PRODUCT_FAMILY, family_of
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import Settings, SettingsError
 from sie_worker.sizing.arithmetic import Hardware, ModelSize
@@ -60,7 +62,6 @@ from sie_worker.sizing.cold_start import (
 )
 from sie_worker.sizing.gpus import GpuError, known_types
 from sie_worker.sizing.lora_inputs import lora_for
-from sie_worker.sizing.memory_needs import EngineKind
 from sie_worker.sizing.model_stats import (
     ModelStatsError,
     Weights,
@@ -222,7 +223,7 @@ def _sharing(reports: list[_size_report.Report]) -> Packing:
             width = max(width, report.declared_width)
         loadtime = report.served.profile.loadtime
         engine = _engine_of(report.served, settings)
-        key = "gpu_memory_utilization" if engine == "vllm" else "mem_fraction_static"
+        key = family_of(engine).memory_option or "mem_fraction_static"
         fraction, memory_gib = loadtime.get(key), loadtime.get("memory_gib")
         tenants.append(
             Tenant(
@@ -255,7 +256,7 @@ def _engine_of(served: ServedModel, settings: Settings) -> EngineKind:
     try:
         return adapter_of(served, settings).engine
     except (UnknownAdapter, NotServedHere):
-        return "sglang"  # the load would refuse it; size it as SGLang would run it
+        return PRODUCT_FAMILY.kind  # the load would refuse it; size it as SGLang would run it
 
 
 def _report(args: argparse.Namespace, file: Path) -> _size_report.Report:

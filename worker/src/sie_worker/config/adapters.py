@@ -23,10 +23,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from sie_server.adapters.base import Adapter, EngineKind
-from sie_worker.config.engine_families import IMAGE_BUNDLES
-from sie_worker.config.flags.sglang_release import BUNDLE_VERSIONS, version_key
 from sie_worker.config.model import ModelConfig
 from sie_worker.config.sie_adapters import sie_adapters, sie_version
+from sie_worker.engines.default.family import SIE_TRANSFORMERS_ADAPTERS, TRANSFORMERS
+from sie_worker.engines.registry import FAMILIES, IMAGE_BUNDLES, family_of
+from sie_worker.engines.sglang.family import (
+    CHAT,
+    CUDA13,
+    EMBEDDING,
+    GEMMA,
+    GENERATION,
+    STRICT_THINKING,
+)
+from sie_worker.engines.vllm.family import EMBEDDING as VLLM_EMBEDDING
+from sie_worker.engines.vllm.family import GENERATION as VLLM_GENERATION
 
 __all__ = [
     "CHAT",
@@ -53,39 +63,11 @@ __all__ = [
     "serving_bundles",
 ]
 
-GENERATION = "sie_server.adapters.sglang.generation:SGLangGenerationAdapter"
-EMBEDDING = "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter"
-CHAT = "sie_server.adapters.sglang.chat:SGLangChatAdapter"
-GEMMA = "sie_server.adapters.sglang.gemma:SGLangGemmaAdapter"
-CUDA13 = "sie_server.adapters.sglang.cuda13:SGLangCuda13Adapter"
-STRICT_THINKING = "sie_server.adapters.sglang.cuda13:SGLangStrictThinkingAdapter"
-TRANSFORMERS = "sie_server.adapters.transformers:TransformersAdapter"
-VLLM_GENERATION = "sie_server.adapters.vllm.generation:VLLMGenerationAdapter"
-VLLM_EMBEDDING = "sie_server.adapters.vllm.embedding:VLLMEmbeddingAdapter"
-# SIE's adapters whose models the default transformers engine serves as SIE does.
-SIE_TRANSFORMERS_ADAPTERS: tuple[str, ...] = (
-    "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter",
-    "sie_server.adapters.bert_flash:BertFlashAdapter",
-    "sie_server.adapters.xlm_roberta_flash:XLMRobertaFlashAdapter",
-    "sie_server.adapters.modernbert_flash:ModernBERTFlashAdapter",
-    "sie_server.adapters.bert_flash_cross_encoder:BertFlashCrossEncoderAdapter",
-    "sie_server.adapters.cross_encoder:CrossEncoderAdapter",
-    "sie_server.adapters.modernbert_flash_cross_encoder:ModernBertFlashCrossEncoderAdapter",
-)
-KNOWN_ADAPTERS: tuple[str, ...] = (
-    GENERATION,
-    EMBEDDING,
-    CHAT,
-    GEMMA,
-    CUDA13,
-    STRICT_THINKING,
-    VLLM_GENERATION,
-    VLLM_EMBEDDING,
-    TRANSFORMERS,
-    *SIE_TRANSFORMERS_ADAPTERS,
-)
+# Every adapter path this image runs: its engine families' (the SGLang and vLLM adapters,
+# ours and SIE's; the default engine's and SIE's transformers ones).
+KNOWN_ADAPTERS: tuple[str, ...] = tuple(a for f in FAMILIES.values() for a in f.adapters)
 # This project's own adapters (in SIE's namespace; SIE 0.10.1 defines none of them).
-OWN_ADAPTERS: tuple[str, ...] = (CHAT, VLLM_GENERATION, VLLM_EMBEDDING, TRANSFORMERS)
+OWN_ADAPTERS: tuple[str, ...] = tuple(a for f in FAMILIES.values() for a in f.own_adapters)
 LEGACY_PATHS: Mapping[str, str] = {
     "sie_server.adapters.sglang:SGLangGenerationAdapter": GENERATION,
     "sie_server.adapters.sglang:SGLangEmbeddingAdapter": EMBEDDING,
@@ -144,11 +126,7 @@ def resolve_adapter(path: str) -> type[Adapter]:
 
 def serving_bundles(adapter: type[Adapter]) -> tuple[str, ...]:
     """The bundles of this image that run ``adapter``, its own bundle first."""
-    if adapter.engine != "sglang":
-        return (adapter.bundle,)
-    minimum = version_key(adapter.min_sglang) if adapter.min_sglang else (0, 0, 0)
-    able = [b for b, v in BUNDLE_VERSIONS.items() if version_key(v) >= minimum]
-    return (adapter.bundle, *sorted(b for b in able if b != adapter.bundle))
+    return family_of(adapter.engine).serving_bundles(adapter)
 
 
 def not_served_here(config: ModelConfig) -> dict[str, str]:
@@ -164,15 +142,10 @@ def not_served_here(config: ModelConfig) -> dict[str, str]:
 
 def default_adapter_path(engine: EngineKind, tasks: Mapping[str, Any]) -> str:
     """The adapter of a profile without ``adapter_path``, for the engine of the worker's
-    bundle (:func:`~sie_worker.config.engine_families.bundle_engine`): transformers on the
-    default bundle; on SGLang and vLLM bundles that engine's generation adapter, or its
+    bundle (:func:`~sie_worker.engines.registry.bundle_engine`): transformers on the
+    default bundle; on an engine's bundles that engine's generation adapter, or its
     embedding adapter when the model's only task is ``encode``."""
-    if engine == "transformers":
-        return TRANSFORMERS
-    encode_only = set(tasks) == {"encode"}
-    if engine == "vllm":
-        return VLLM_EMBEDDING if encode_only else VLLM_GENERATION
-    return EMBEDDING if encode_only else GENERATION
+    return family_of(engine).default_adapter(tasks)
 
 
 def _unknown(path: str) -> str:

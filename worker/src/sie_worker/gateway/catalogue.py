@@ -18,18 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sie_worker.config.adapters import UnknownAdapter, default_adapter_path, resolve_adapter
-from sie_worker.config.engine_families import bundle_engine, family_of
 from sie_worker.config.files.reader import load_config_dir
 from sie_worker.config.load.load_options import declared_width
 from sie_worker.config.lora_choice import split_model
 from sie_worker.config.model import ServedModel, served_models
 from sie_worker.config.widths import width_fits
+from sie_worker.engines.registry import bundle_engine, family_of
 from sie_worker.errors import Problem
 from sie_worker.gateway.pools import PoolSpec
 
 __all__ = ["Catalogue", "ModelInfo", "bundle_runs", "decode_path_model"]
-
-_DEFAULT_BUNDLE = "default"
 
 
 @dataclass(frozen=True)
@@ -54,8 +52,8 @@ def bundle_runs(adapter_path: str, bundle: str) -> str | None:
     if engine == adapter.engine:
         return None
     family = family_of(adapter.engine)
-    if adapter.engine == "transformers":
-        return f"adapter {adapter_path} runs on the {_DEFAULT_BUNDLE} bundle only"
+    if len(family.bundles) == 1:
+        return f"adapter {adapter_path} runs on the {family.bundles[0]} bundle only"
     # "an SGLang", "a vLLM": the article of the name as it is spoken.
     article = "an" if family.label[0] in "AEFHILMNORSX" else "a"
     return (

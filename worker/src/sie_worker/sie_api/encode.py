@@ -23,6 +23,7 @@ from starlette.responses import Response
 
 from sie_worker.config.lora_choice import ADAPTER_FIELD, check_adapter
 from sie_worker.config.model import ServedModel
+from sie_worker.engines.family import EngineFamily
 from sie_worker.errors import EngineUnavailable
 from sie_worker.sie_api.call import EngineCall, check_serves
 from sie_worker.sie_api.codec import render
@@ -105,14 +106,14 @@ def engine_texts(
     instructions: Sequence[str | None],
     merged: Mapping[str, Any],
     *,
-    engine: str,
+    family: EngineFamily,
 ) -> dict[str, Any]:
     """The ``/v1/embeddings`` payload for ``texts`` (one ``is_query`` and instruction each,
     ``merged`` from :func:`text_options`): for the default engine the texts with what shapes
     them, for SGLang the finished texts."""
     options = {k: merged[k] for k in TEXT_OPTIONS if isinstance(merged.get(k), str)}
     payload: dict[str, Any] = {"encoding_format": "base64"}
-    if engine == "transformers":
+    if family.embedding_body() == "texts":
         payload["input"] = list(texts)
         payload["is_query"] = list(is_query)
         if any(i is not None for i in instructions):
@@ -133,7 +134,7 @@ def encode_call(
     request: EncodeRequest,
     served: ServedModel,
     *,
-    engine: str,
+    family: EngineFamily,
     as_json: bool,
     headers: dict[str, str],
 ) -> EngineCall:
@@ -154,7 +155,7 @@ def encode_call(
         [request.is_query] * count,
         [instruction] * count,
         merged,
-        engine=engine,
+        family=family,
     )
     if request.lora is not None:
         payload[ADAPTER_FIELD] = check_adapter(served, request.lora[0], param=request.lora[1])

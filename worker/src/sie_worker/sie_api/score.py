@@ -21,6 +21,7 @@ from typing import Any
 from starlette.responses import Response
 
 from sie_worker.config.model import ServedModel
+from sie_worker.engines.family import EngineFamily
 from sie_worker.errors import EngineUnavailable, InvalidRequest
 from sie_worker.sie_api.call import EngineCall
 from sie_worker.sie_api.codec import render
@@ -73,7 +74,7 @@ def score_call(
     request: ScoreRequest,
     served: ServedModel,
     *,
-    engine: str,
+    family: EngineFamily,
     as_json: bool,
     headers: dict[str, str],
 ) -> EngineCall:
@@ -111,7 +112,7 @@ def score_call(
     if "encode" in tasks:
         texts = [request.query.text, *(item.text for item in request.items)]
         payload = engine_texts(
-            texts, [True] + [False] * count, [instruction] + [None] * count, merged, engine=engine
+            texts, [True] + [False] * count, [instruction] + [None] * count, merged, family=family
         )
 
         def answer_cosine(engine_answer: Any, model: str) -> Response:

@@ -31,7 +31,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
+
+from sie_server.adapters.base import EngineKind
+from sie_worker.engines.registry import family_of
 
 __all__ = [
     "CPU_EXTRA_BYTES",
@@ -45,11 +48,13 @@ __all__ = [
     "EngineShare",
     "NoRoomAtStart",
     "cuda_cap",
+    "declared_fraction",
     "engine_share",
     "memory_need",
     "sglang_cpu_kv_tokens",
     "sglang_fraction",
     "vllm_cpu_kv_gib",
+    "weights_need",
 ]
 
 GIB = 2**30
@@ -59,7 +64,6 @@ ENGINE_OVERHEAD_BYTES = GIB  # CUDA context, graphs, activations beside the engi
 WEIGHTS_FACTOR = 1.2  # the default engine's weights on a device, with their buffers
 CPU_EXTRA_BYTES = GIB // 2
 MIN_CPU_KV_TOKENS = 1024  # a KV cache smaller than this serves no useful batch
-EngineKind = Literal["sglang", "vllm", "transformers"]
 
 
 class NoRoomAtStart(Exception):
@@ -80,17 +84,24 @@ def memory_need(
     weights_bytes: int | None = None,
 ) -> int | None:
     """Bytes the model reserves on each of its devices; None when unknown. ``mem_fraction``:
-    SGLang's ``mem_fraction_static`` or vLLM's ``gpu_memory_utilization`` as declared."""
-    if engine == "vllm":
-        if total is None:
-            return None
-        fraction = DEFAULT_GPU_MEMORY_UTILIZATION if mem_fraction is None else mem_fraction
-        return math.ceil(fraction * total)
-    if engine == "sglang":
-        if total is None:
-            return None
-        fraction = DEFAULT_MEM_FRACTION if mem_fraction is None else mem_fraction
-        return math.ceil(fraction * total) + ENGINE_OVERHEAD_BYTES
+    the engine's declared share (its :attr:`~sie_worker.engines.family.EngineFamily.memory_option`);
+    ``memory_gib`` and ``weights_bytes`` what the weight-sized engines reserve."""
+    family = family_of(engine)
+    declared: dict[str, Any] = {}
+    if mem_fraction is not None and family.memory_option is not None:
+        declared[family.memory_option] = mem_fraction
+    if memory_gib is not None:
+        declared["memory_gib"] = memory_gib
+    return family.memory_need(total, on_cpu=on_cpu, declared=declared, weights_bytes=weights_bytes)
+
+
+def weights_need(
+    declared: Mapping[str, Any], weights_bytes: int | None, *, on_cpu: bool
+) -> int | None:
+    """What an engine sized by its weights reserves (the default engine, llama.cpp): the
+    declared ``memory_gib``, else its weights x :data:`WEIGHTS_FACTOR` + the engine's overhead
+    (+ :data:`CPU_EXTRA_BYTES` on cpu); None when neither is known."""
+    memory_gib = declared_fraction(declared, "memory_gib")
     if memory_gib is not None:
         return math.ceil(memory_gib * GIB)
     if weights_bytes is None:
@@ -156,31 +167,18 @@ def engine_share(
     ``frees`` are free now (the model reserves ``need`` on each); ``weights_bytes`` and
     ``kv_token_bytes`` (one token's KV bytes on one rank) size a KV cache on cpu devices.
     Raises :class:`NoRoomAtStart` when a device has less free than the engine will take."""
-    if engine == "sglang":
-        fraction = _declared_fraction(declared, "mem_fraction_static")
-        flag = min(sglang_fraction(t, f, fraction) for t, f in zip(totals, frees, strict=True))
-        tokens = None
-        if not on_cuda and kv_token_bytes:
-            whole = DEFAULT_MEM_FRACTION if fraction is None else fraction
-            tokens = sglang_cpu_kv_tokens(
-                min(totals), whole, weights_bytes, len(totals), kv_token_bytes
-            )
-        return EngineShare(flag, kv_tokens=tokens)
-    if engine == "vllm":
-        utilization = _declared_fraction(declared, "gpu_memory_utilization")
-        utilization = DEFAULT_GPU_MEMORY_UTILIZATION if utilization is None else utilization
-        for total, free in zip(totals, frees, strict=True):
-            wanted = math.ceil(utilization * total)
-            if wanted > free:
-                raise NoRoomAtStart(wanted, max(free, 0))
-        kv = None
-        if not on_cuda:
-            kv = vllm_cpu_kv_gib(min(totals), utilization, weights_bytes, len(totals))
-        return EngineShare(utilization, kv)
-    return EngineShare(cuda_cap(need, totals[0]) if on_cuda else None)
+    return family_of(engine).share(
+        on_cuda=on_cuda,
+        need=need,
+        totals=totals,
+        frees=frees,
+        declared=declared,
+        weights_bytes=weights_bytes,
+        kv_token_bytes=kv_token_bytes,
+    )
 
 
-def _declared_fraction(declared: Mapping[str, Any], key: str) -> float | None:
+def declared_fraction(declared: Mapping[str, Any], key: str) -> float | None:
     value = declared.get(key)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 

@@ -21,13 +21,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from sie_worker.sizing.memory_needs import (
-    EngineKind,
-    NoRoomAtStart,
-    cuda_cap,
-    memory_need,
-    sglang_fraction,
-)
+from sie_server.adapters.base import EngineKind
+from sie_worker.engines.registry import family_of
 
 __all__ = ["Packing", "Seat", "Tenant", "pack", "seat_for", "suggest_fraction"]
 
@@ -85,26 +80,37 @@ def suggest_fraction(need_bytes: float, gpu_memory_bytes: int) -> float:
 
 
 def seat_for(tenant: Tenant, gpu_memory_bytes: int) -> Seat:
-    """The worker's reservation for ``tenant`` on one GPU (its share not yet known)."""
-    if tenant.engine != "transformers":
+    """The worker's reservation for ``tenant`` on one GPU (its share not yet known): an
+    engine with a declared share (SGLang's, vLLM's) reserves what that share asks, or the
+    share that holds its need; one sized by its weights (the default engine) reserves those."""
+    family = family_of(tenant.engine)
+    if family.memory_option is not None:
         suggested = tenant.declared_fraction is None
         fraction = (
             suggest_fraction(tenant.need_bytes, gpu_memory_bytes)
             if tenant.declared_fraction is None
             else tenant.declared_fraction
         )
-        reserved = memory_need(tenant.engine, gpu_memory_bytes, mem_fraction=fraction)
+        reserved = family.memory_need(
+            gpu_memory_bytes,
+            on_cpu=False,
+            declared={family.memory_option: fraction},
+            weights_bytes=None,
+        )
         short = max(tenant.need_bytes - fraction * gpu_memory_bytes, 0.0)
         assert reserved is not None
         return Seat(tenant.name, fraction, tenant.engine, suggested, reserved, short_bytes=short)
-    reserved = memory_need(
-        "transformers",
+    declared = (
+        {} if tenant.declared_memory_gib is None else {"memory_gib": tenant.declared_memory_gib}
+    )
+    reserved = family.memory_need(
         gpu_memory_bytes,
-        memory_gib=tenant.declared_memory_gib,
+        on_cpu=False,
+        declared=declared,
         weights_bytes=math.ceil(tenant.weights_bytes),
     )
     assert reserved is not None
-    return Seat(tenant.name, None, "transformers", False, reserved)
+    return Seat(tenant.name, None, tenant.engine, False, reserved)
 
 
 def pack(
@@ -136,17 +142,8 @@ def _with_shares(gpu: list[Seat], total: int) -> list[Seat]:
     placed: list[Seat] = []
     reserved = 0
     for seat in gpu:
-        share: float | None
-        if seat.engine == "sglang":
-            try:
-                share = sglang_fraction(total, total - reserved, seat.fraction)
-            except NoRoomAtStart:
-                share = None
-        elif seat.engine == "vllm":  # a share of the total, if that much is free
-            fits = seat.fraction is not None and seat.reserved_bytes <= total - reserved
-            share = seat.fraction if fits else None
-        else:
-            share = cuda_cap(seat.reserved_bytes, total)
+        family = family_of(seat.engine)
+        share = family.packed_share(total, total - reserved, seat.fraction, seat.reserved_bytes)
         placed.append(replace(seat, share=share))
         reserved += seat.reserved_bytes
     return placed

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from sie_worker.config.engine_families import FAMILIES, LoadSeries
+from sie_worker.engines.registry import FAMILIES, LoadSeries
 from sie_worker.http.poll import metrics_text
 from sie_worker.model_server_series import ServerLoad, ratio
 

@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 
 from sie_worker.settings import Settings, split_address
 
-__all__ = ["LOST_AFTER", "PROBE_INTERVAL_S", "PeerWatch", "lws_addresses", "peer_urls"]
+__all__ = [
+    "LOST_AFTER",
+    "PROBE_INTERVAL_S",
+    "PeerWatch",
+    "lws_addresses",
+    "peer_urls",
+    "rank_hosts",
+]
 
 PROBE_INTERVAL_S = 2.0
 LOST_AFTER = 3
@@ -42,6 +49,23 @@ def lws_addresses(leader: str, nodes: int) -> tuple[str, ...] | None:
     if not dot or not rest or not _LEADER_POD.match(pod):
         return None
     return (leader, *(f"{pod}-{rank}.{rest}" for rank in range(1, nodes)))
+
+
+def rank_hosts(settings: Settings) -> tuple[str, ...] | None:
+    """Every rank's host, rank 0 first (``SIE_NODE_ADDRESSES``, else the LeaderWorkerSet's
+    names); None when they are not known, () outside a group."""
+    if settings.nodes < 2 or settings.leader_address is None:
+        return ()
+    addresses = settings.node_addresses or lws_addresses(settings.leader_address, settings.nodes)
+    if addresses is None:
+        return None
+    hosts = []
+    for address in addresses:
+        split = split_address(address)
+        if split is None:
+            return None
+        hosts.append(split[0])
+    return tuple(hosts)
 
 
 def peer_urls(settings: Settings) -> dict[int, str] | None:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sie_worker.config.adapters import NotServedHere, UnknownAdapter
-from sie_worker.config.engine_families import family_of
+from sie_worker.config.files.jsonpath import json_path
 from sie_worker.config.load.load_options import adapter_of
 from sie_worker.config.lora import BASE_ADAPTER
 from sie_worker.config.lora_choice import (
@@ -31,7 +31,9 @@ from sie_worker.config.lora_choice import (
 )
 from sie_worker.config.model import ServedModel
 from sie_worker.config.runtime import is_grammar_constrained
-from sie_worker.errors import InvalidRequest, ModelLoading, UnknownModel
+from sie_worker.engines.family import EngineFamily
+from sie_worker.engines.registry import family_of
+from sie_worker.errors import InvalidConfig, InvalidRequest, ModelLoading, Problem, UnknownModel
 from sie_worker.http.request_id import REQUEST_ID_HEADER
 from sie_worker.settings import Settings
 from sie_worker.sie_api.call import EngineCall
@@ -109,13 +111,13 @@ async def sie_request(request: Request) -> Response:
     if route == "encode":
         encode = parse_encode(data)
         asked = resolve_sie_model(manager, model, encode.profile)
-        engine = _engine(asked.served, settings)
-        call = encode_call(encode, asked.served, engine=engine, as_json=as_json, headers=headers)
+        family = _family(asked.served, settings)
+        call = encode_call(encode, asked.served, family=family, as_json=as_json, headers=headers)
     elif route == "score":
         score = parse_score(data)
         asked = resolve_sie_model(manager, model, score.profile)
-        engine = _engine(asked.served, settings)
-        call = score_call(score, asked.served, engine=engine, as_json=as_json, headers=headers)
+        family = _family(asked.served, settings)
+        call = score_call(score, asked.served, family=family, as_json=as_json, headers=headers)
     else:
         generate = parse_generate(data)
         asked = resolve_sie_model(manager, model, generate.profile, generate=True)
@@ -218,9 +220,11 @@ def _names_lora_as_model(record: ModelRecord, settings: Settings) -> bool:
         return False
 
 
-def _engine(served: ServedModel, settings: Settings) -> str:
-    """The engine kind serving ``served`` ("sglang", "vllm" or "transformers")."""
+def _family(served: ServedModel, settings: Settings) -> EngineFamily:
+    """The engine family serving ``served``. A profile whose adapter this image does not run
+    is refused as its load would refuse it (no engine ever serves it)."""
     try:
-        return adapter_of(served, settings).engine
-    except UnknownAdapter:
-        return "sglang"  # the load refuses the adapter; the request never reaches an engine
+        return family_of(adapter_of(served, settings).engine)
+    except (UnknownAdapter, NotServedHere) as exc:
+        where = json_path(["profiles", served.profile.name, "adapter_path"])
+        raise InvalidConfig([Problem(where, str(exc), served.config.source)]) from None

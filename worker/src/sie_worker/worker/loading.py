@@ -27,18 +27,17 @@ from collections.abc import Mapping
 import anyio
 import httpx
 
-from sie_worker.config.adapters import resolve_adapter
 from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import InvalidConfig, LoadFailed, SieError
 from sie_worker.settings import Settings
-from sie_worker.sizing.memory_needs import EngineShare, NoRoomAtStart, engine_share
+from sie_worker.sizing.memory_needs import EngineShare, NoRoomAtStart
 from sie_worker.worker.launcher.process import OutOfMemory
 from sie_worker.worker.launcher.start import PortBook, RunningEngine, StartGate, start_engine
 from sie_worker.worker.metrics import LOAD_OUTCOMES, LoadOutcome
 from sie_worker.worker.model_table import ModelTable
-from sie_worker.worker.placement.claims import cpu_kv_inputs, need_of
+from sie_worker.worker.placement.claims import need_of, share_at_start
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.weights.hub_errors import DownloadCancelled
 from sie_worker.worker.weights.load_step import ModelWeights
@@ -206,18 +205,14 @@ class Loader:
             )
             for i in block
         ]
-        engine = resolve_adapter(options.adapter).engine
         on_cuda = self._settings.devices[block[0]].startswith("cuda")
-        weights, token_bytes = cpu_kv_inputs(record.served, options, on_cuda=on_cuda)
-        return engine_share(
-            engine,
+        return share_at_start(
+            record.served,
+            options,
             on_cuda=on_cuda,
             need=record.memory,
-            totals=[t for t in totals if t is not None],
+            totals=totals,
             frees=[f or 0 for f in frees],
-            declared=options.declared,
-            weights_bytes=weights,
-            kv_token_bytes=token_bytes,
         )
 
     async def _evict_one_more(self, record: ModelRecord, block: tuple[int, ...]) -> bool:

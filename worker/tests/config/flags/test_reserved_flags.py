@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sie_worker.config.flags import option_tables, reserved_flags
-from sie_worker.config.flags.sglang_release import BUNDLE_VERSIONS, PINNED_VERSION
+from sie_worker.engines.sglang.release import BUNDLE_VERSIONS, PINNED_VERSION
 
 TABLES = option_tables.option_tables()
 

@@ -9,10 +9,10 @@ import pytest
 
 from sie_worker.config.files.reader import parse_config
 from sie_worker.config.flags.option_tables import table_for
-from sie_worker.config.flags.sglang_checks import mamba_strategy
 from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import served_model
+from sie_worker.engines.sglang.checks import mamba_strategy
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
 
@@ -50,15 +50,15 @@ def test_cu130_adapters_are_refused_on_the_older_bundle_and_served_on_theirs(ada
     assert "needs SGLang 0.5.20 or later" in message
     assert "SGLang 0.5.10.post1 (bundle sglang)" in message
     assert "serve it from a pool with the sglang-cu130 bundle" in message
-    assert _load({}, adapter=adapter, bundle="sglang-cu130").sglang_version == "0.5.23"
+    assert _load({}, adapter=adapter, bundle="sglang-cu130").engine_version == "0.5.23"
     # SIE_SGLANG_VERSION names the engine's release where the image differs.
-    assert _load({}, adapter=adapter, bundle="sglang", SIE_SGLANG_VERSION="0.5.20").sglang_version
+    assert _load({}, adapter=adapter, bundle="sglang", SIE_SGLANG_VERSION="0.5.20").engine_version
 
 
 def test_the_release_is_the_bundle_s_unless_sie_sglang_version_says_otherwise() -> None:
-    assert _load({}, bundle="sglang").sglang_version == "0.5.10.post1"
-    assert _load({}, bundle="sglang-cu130").sglang_version == "0.5.23"
-    assert _load({}, bundle="sglang", SIE_SGLANG_VERSION="0.5.21").sglang_version == "0.5.21"
+    assert _load({}, bundle="sglang").engine_version == "0.5.10.post1"
+    assert _load({}, bundle="sglang-cu130").engine_version == "0.5.23"
+    assert _load({}, bundle="sglang", SIE_SGLANG_VERSION="0.5.21").engine_version == "0.5.21"
 
 
 def test_option_pairs_follow_sie_s_rules() -> None:

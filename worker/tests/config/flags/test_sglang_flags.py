@@ -21,7 +21,7 @@ from sie_worker.config.adapters import (
     resolve_adapter,
 )
 from sie_worker.config.flags.option_tables import option_tables, table_for
-from sie_worker.config.flags.sglang_flags import (
+from sie_worker.engines.sglang.flags import (
     FAMILIES,
     SGLANG_OPTIONS,
     SPECULATIVE_KEYS,

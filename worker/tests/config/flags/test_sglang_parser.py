@@ -26,9 +26,9 @@ from tests.support.ci import missing
 
 from sie_worker.config.files.reader import parse_config
 from sie_worker.config.flags import option_tables, reserved_flags
-from sie_worker.config.flags.sglang_release import BUNDLE_VERSIONS, PINNED_VERSION, version_key
 from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import served_models
+from sie_worker.engines.sglang.release import BUNDLE_VERSIONS, PINNED_VERSION, version_key
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import plan_launch
 
@@ -190,7 +190,7 @@ def _cases(sglang_version: str) -> Iterator[tuple[str, list[str]]]:
             port=30000,
             nccl_port=options.nccl_port or 30400,
             settings=settings,
-            sglang_version=sglang_version,
+            version=sglang_version,
         )
         argv = list(plan.argv)
         assert argv[1:3] == ["-m", "sglang.launch_server"]

@@ -11,11 +11,11 @@ import pytest
 from sie_worker.config.files.reader import parse_config
 from sie_worker.config.flags.option_rules import Release
 from sie_worker.config.flags.option_tables import table_for
-from sie_worker.config.flags.vllm_flags import FAMILIES, VLLM_OPTIONS, option_problem, options_for
 from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import served_model
 from sie_worker.config.rules import rule_problems
+from sie_worker.engines.vllm.flags import FAMILIES, VLLM_OPTIONS, option_problem, options_for
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
 
@@ -67,8 +67,7 @@ def test_the_vllm_bundle_ships_the_option_table_of_the_release_it_runs() -> None
     assert TABLE.flexible
     assert TABLE.has("--tensor-parallel-size")
     assert TABLE.has("--gpu-memory-utilization")
-    assert _load({}).vllm_version == "0.32.0"
-    assert _load({}).sglang_version is None
+    assert _load({}).engine_version == "0.32.0"
 
 
 def test_a_profile_without_adapter_path_runs_vllm_on_the_vllm_bundle() -> None:

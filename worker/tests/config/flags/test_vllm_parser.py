@@ -23,10 +23,11 @@ from tests.support.vllm_engine import VLLM_PYTHON
 
 from sie_worker.config.files.reader import parse_config
 from sie_worker.config.flags import option_tables, reserved_flags
-from sie_worker.config.flags.vllm_release import BUNDLE_VERSIONS, PINNED_VERSION
 from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import served_models
+from sie_worker.engines.vllm.release import BUNDLE_VERSIONS, PINNED_VERSION
 from sie_worker.settings import Settings
+from sie_worker.sizing.memory_needs import EngineShare
 from sie_worker.worker.launcher.plan import plan_launch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -107,7 +108,7 @@ def _cases() -> Iterator[tuple[str, dict[str, Any], list[str]]]:
         share = 0.45 if name == "memory" else None
         plan = plan_launch(
             served, options, devices[:width], port=30000, nccl_port=30400, settings=settings,
-            share=share, kv_cache_gib=1 if devices is CPUS else None,
+            share=EngineShare(share, 1 if devices is CPUS else None),
         )  # fmt: skip
         argv = list(plan.argv)
         assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]

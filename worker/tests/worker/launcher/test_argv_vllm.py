@@ -13,6 +13,7 @@ from sie_worker.config.files.reader import parse_config
 from sie_worker.config.load.loadtime import resolve_load_options
 from sie_worker.config.model import ServedModel, served_model
 from sie_worker.settings import Settings
+from sie_worker.sizing.memory_needs import EngineShare
 from sie_worker.worker.launcher.plan import LaunchPlan, exports_metrics, plan_launch
 
 GENERATION = "sie_server.adapters.vllm.generation:VLLMGenerationAdapter"
@@ -60,8 +61,7 @@ def _plan(
         port=30011,
         nccl_port=30411,
         settings=settings,
-        share=share,
-        kv_cache_gib=kv_cache_gib,
+        share=None if share is None and kv_cache_gib is None else EngineShare(share, kv_cache_gib),
     )
 
 
@@ -89,7 +89,11 @@ def test_vllm_runs_its_openai_api_server_with_the_model_the_width_and_the_worker
 
 
 def test_sie_vllm_command_replaces_python_m_and_a_declared_nccl_port_is_the_master_port() -> None:
-    settings = Settings(devices=FOUR, bundle="vllm", vllm_command=("numactl", "-N", "0", "vllm-py"))
+    settings = Settings(
+        devices=FOUR,
+        bundle="vllm",
+        engine_commands={"SIE_VLLM_COMMAND": ("numactl", "-N", "0", "vllm-py")},
+    )
     model = _served({"tensor_parallel_size": 2, "nccl_port": 31000, "startup_timeout_s": 60,
                      "request_read_timeout_s": 60})  # fmt: skip
     plan = _plan(model, settings)

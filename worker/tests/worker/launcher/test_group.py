@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sie_worker.config.engine_families import family_of
+from sie_worker.engines.registry import family_of
 from sie_worker.worker.launcher.group import named_files, remove_files
 
 

@@ -12,15 +12,16 @@ import pytest
 from tests.support.example_config import GENERATION, example_profile
 
 from sie_worker.config.files.reader import parse_config
-from sie_worker.config.flags.sglang_release import (
+from sie_worker.config.load.loadtime import resolve_load_options
+from sie_worker.config.model import ServedModel, served_model
+from sie_worker.engines.sglang.release import (
     disable_cuda_graph_args,
     engine_version,
     prefill_graph_flag,
     version_key,
 )
-from sie_worker.config.load.loadtime import resolve_load_options
-from sie_worker.config.model import ServedModel, served_model
 from sie_worker.settings import Settings
+from sie_worker.sizing.memory_needs import EngineShare
 from sie_worker.worker.launcher.plan import engine_env, env_delta, plan_launch
 from sie_worker.worker.placement.claims import cpu_kv_inputs
 
@@ -57,7 +58,7 @@ def argv_of(
         port=30007,
         nccl_port=options.nccl_port or 30407,
         settings=settings,
-        sglang_version=version,
+        version=version,
     )
     return list(plan.argv)
 
@@ -95,7 +96,10 @@ def test_sie_budgets_are_not_engine_flags() -> None:
 
 def test_sglang_command_prefix_replaces_python_m_sglang() -> None:
     settings = Settings(
-        devices=EIGHT, sglang_command=("numactl", "--interleave=all", "python3", "fake.py")
+        devices=EIGHT,
+        engine_commands={
+            "SIE_SGLANG_COMMAND": ("numactl", "--interleave=all", "python3", "fake.py")
+        },
     )
     argv = argv_of(served(example_profile()), settings)
     assert argv[:5] == ["numactl", "--interleave=all", "python3", "fake.py", "--model-path"]
@@ -250,7 +254,7 @@ def test_transformers_adapter_runs_the_default_engine() -> None:
 
 def test_transformers_plan_has_no_rendezvous_port() -> None:
     model = served({"adapter_path": TRANSFORMERS}, tasks={"generate": {}})
-    settings = Settings(devices=("cpu",), sglang_command=("ignored",))
+    settings = Settings(devices=("cpu",), engine_commands={"SIE_SGLANG_COMMAND": ("ignored",)})
     options = resolve_load_options(model, settings, env={})
     plan = plan_launch(model, options, ("cpu",), port=30001, nccl_port=30401, settings=settings)
     assert plan.nccl_port is None
@@ -344,7 +348,7 @@ def test_the_bundle_release_wins_over_the_installed_one() -> None:
 def test_release_is_the_environment_then_the_bundle_then_the_installed_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sie_worker.config.flags import sglang_release as sglang_version
+    from sie_worker.engines.sglang import release as sglang_version
 
     monkeypatch.setattr(sglang_version, "installed_version", lambda: None)
     assert engine_version("sglang", {"SIE_SGLANG_VERSION": "0.5.21"}) == "0.5.21"
@@ -356,7 +360,7 @@ def test_release_is_the_environment_then_the_bundle_then_the_installed_one(
 
 
 def test_a_mismatched_installed_release_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sie_worker.config.flags import sglang_release as sglang_version
+    from sie_worker.engines.sglang import release as sglang_version
 
     monkeypatch.setattr(sglang_version, "installed_version", lambda: "0.5.23")
     assert sglang_version.release_mismatch("sglang-cu130", {}) is None
@@ -410,8 +414,8 @@ def _planned(model: ServedModel, share: float | None, settings: Settings) -> lis
         port=30007,
         nccl_port=30407,
         settings=settings,
-        sglang_version="0.5.23",
-        share=share,
+        version="0.5.23",
+        share=EngineShare(share) if share is not None else None,
     )
     return list(plan.argv)
 
@@ -478,7 +482,7 @@ def test_sglang_on_cpu_devices_runs_its_cpu_engine_with_its_kv_cache_in_tokens(
         port=30007,
         nccl_port=30407,
         settings=settings,
-        kv_tokens=123456,
+        share=EngineShare(None, kv_tokens=123456),
     )
     argv = list(plan.argv)
     assert argv[argv.index("--device") + 1] == "cpu"

@@ -24,10 +24,11 @@ from sie_worker.config.widths import (
     stages_problem,
     width_fits,
 )
+from sie_worker.engines.registry import family_of
 from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import LaunchPlan, plan_launch
-from sie_worker.worker.launcher.ranks import GROUP_PORT_BASE, GroupRank, group_port, rank_args
+from sie_worker.worker.launcher.ranks import GROUP_PORT_BASE, GroupRank, group_port
 
 SGLANG = "sie_server.adapters.sglang.generation:SGLangGenerationAdapter"
 VLLM = "sie_server.adapters.vllm.generation:VLLMGenerationAdapter"
@@ -212,11 +213,11 @@ def test_every_rank_finds_the_same_rendezvous_port(pinned: list[str], declared: 
 def test_rank_flags_name_the_group_and_the_leader(nodes: int, data: st.DataObject) -> None:
     rank = data.draw(st.integers(0, nodes - 1))
     group = GroupRank(nodes, rank, "sie-0.sie", 30402)
-    sglang = rank_args("sglang", group)
+    sglang = family_of("sglang").rank_args(group)
     assert sglang == [
         "--nnodes", str(nodes), "--node-rank", str(rank), "--dist-init-addr", "sie-0.sie:30402"
     ]  # fmt: skip
-    vllm = rank_args("vllm", group)
+    vllm = family_of("vllm").rank_args(group)
     assert vllm[:8] == [
         "--nnodes", str(nodes), "--node-rank", str(rank),
         "--master-addr", "sie-0.sie", "--master-port", "30402",
@@ -225,13 +226,13 @@ def test_rank_flags_name_the_group_and_the_leader(nodes: int, data: st.DataObjec
 
 
 def test_an_ipv6_leader_is_bracketed_for_sglang() -> None:
-    args = rank_args("sglang", GroupRank(2, 1, "fd00::1", 30400))
+    args = family_of("sglang").rank_args(GroupRank(2, 1, "fd00::1", 30400))
     assert args[-1] == "[fd00::1]:30400"
 
 
 def test_the_default_engine_has_no_ranks_across_nodes() -> None:
-    with pytest.raises(ValueError, match="one device"):
-        rank_args("transformers", GroupRank(2, 0, "h", 30400))
+    with pytest.raises(ValueError, match="no ranks across nodes"):
+        family_of("transformers").rank_args(GroupRank(2, 0, "h", 30400))
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
@@ -283,7 +284,7 @@ def test_a_vllm_command_prefix_runs_vllm_serve_on_headless_ranks() -> None:
         (1, [*prefix[:-1], "vllm.entrypoints.cli.main", "serve"]),
     ):
         settings = group_settings(8, nodes=2, rank=rank, bundle="vllm", pinned_models=(ID,))
-        settings = settings.with_overrides(vllm_command=prefix)
+        settings = settings.with_overrides(engine_commands={"SIE_VLLM_COMMAND": prefix})
         argv = list(plan_of(resolve(model, settings), model, settings).argv)
         assert argv[: len(head)] == head
         assert argv[len(head)] == "--model"

@@ -1,7 +1,7 @@
 """SGLang adapters: one SGLang engine per model, tensor parallel across its GPU block.
 
 Their load-time options, and the SGLang flag each one means, are one table:
-:mod:`sie_worker.config.flags.sglang_flags`.
+:mod:`sie_worker.engines.sglang.flags`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from sie_server.adapters.base import EngineKind, OneTaskAdapter
-from sie_worker.config.flags.sglang_flags import Family, options_for
+from sie_worker.engines.sglang.flags import Family, options_for
 
 __all__ = ["SEED_OPTIONS", "SGLANG_LOADTIME_OPTIONS", "SGLangAdapter"]
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from sie_server.adapters.sglang.generation import SGLangGenerationAdapter
-from sie_worker.config.flags.sglang_flags import Family, options_for
+from sie_worker.engines.sglang.flags import Family, options_for
 
 __all__ = ["SGLangChatAdapter"]
 

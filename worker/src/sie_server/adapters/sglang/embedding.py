@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from sie_server.adapters.base import Task
 from sie_server.adapters.sglang import SGLangAdapter
-from sie_worker.config.flags.sglang_flags import Family, options_for
+from sie_worker.engines.sglang.flags import Family, options_for
 
 __all__ = ["SGLangEmbeddingAdapter"]
 

@@ -1,7 +1,7 @@
 """vLLM adapters: one vLLM engine per model, tensor parallel across its device block.
 
 Their load-time options, and the vLLM flag each one means, are one table:
-:mod:`sie_worker.config.flags.vllm_flags`. SIE 0.10.1 defines no vLLM adapter; these live in its
+:mod:`sie_worker.engines.vllm.flags`. SIE 0.10.1 defines no vLLM adapter; these live in its
 adapter namespace as this project's own (as the SGLang chat adapter does), served by the
 ``vllm`` bundle.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from sie_server.adapters.base import EngineKind, OneTaskAdapter
-from sie_worker.config.flags.vllm_flags import Family, options_for
+from sie_worker.engines.vllm.flags import Family, options_for
 
 __all__ = ["VLLMAdapter"]
 

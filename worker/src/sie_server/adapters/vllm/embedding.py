@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from sie_server.adapters.base import Task
 from sie_server.adapters.vllm import VLLMAdapter
-from sie_worker.config.flags.vllm_flags import Family, options_for
+from sie_worker.engines.vllm.flags import Family, options_for
 
 __all__ = ["VLLMEmbeddingAdapter"]
 

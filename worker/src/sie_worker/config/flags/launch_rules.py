@@ -2,11 +2,11 @@
 
 The same rules wherever the config writes them (profile level, or SIE's place under
 ``adapter_options.loadtime``): ``extra_launch_args`` sets no reserved engine flag (resolved
-as the engine's own parser would, abbreviations and ``--flag=value`` included: vLLM's for a
-profile with a vLLM adapter, else SGLang's) and holds no string Linux would refuse at exec;
-``extra_env`` sets no device-visibility variable (any letter case, surrounding spaces), nor
-vLLM's core binding (``VLLM_CPU_OMP_THREADS_BIND``), and no ``NAME=value`` Linux would
-refuse.
+as the engine's own parser would, abbreviations and ``--flag=value`` included: the parser of
+the family of the profile's adapter, else SGLang's) and holds no string Linux would refuse at
+exec; ``extra_env`` sets no device-visibility variable (any letter case, surrounding spaces),
+no variable a family's launcher writes (``VLLM_CPU_OMP_THREADS_BIND``, ...) or reads as its
+flags (llama.cpp's ``LLAMA_ARG_*``), and no ``NAME=value`` Linux would refuse.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 from sie_server.adapters.base import EngineKind
 from sie_worker.config.adapters import canonical_path
 from sie_worker.config.files.jsonpath import json_path
-from sie_worker.config.flags.option_tables import option_tables
-from sie_worker.config.flags.reserved_flags import reserved_flag_problems
 from sie_worker.config.model import JsonPath
+from sie_worker.engines.family import EngineFamily
+from sie_worker.engines.registry import FAMILIES, PRODUCT_FAMILY, family_of, owned_variables
 from sie_worker.errors import Problem
 
 __all__ = [
@@ -31,22 +31,23 @@ __all__ = [
     "profile_engine",
 ]
 
-_VLLM = "sie_server.adapters.vllm."
 MAX_ARG_BYTES = 128 * 1024  # Linux's MAX_ARG_STRLEN: one argv or environ string, with NUL
 VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-# The engine's binding to its devices' cores, written by the launcher on cpu devices.
-BINDING_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND", "SGLANG_CPU_OMP_THREADS_BIND")
+# The engines' binding to their devices' cores, written by the launcher on cpu devices.
+BINDING_VARIABLES = owned_variables()
 
 
-def args_problems(args: Any, path: JsonPath, engine: EngineKind = "sglang") -> list[Problem]:
+def args_problems(
+    args: Any, path: JsonPath, engine: EngineKind = PRODUCT_FAMILY.kind
+) -> list[Problem]:
     """Problems of one ``extra_launch_args`` list written at ``path`` (shape errors are the
-    schema's); reserved flags as ``engine`` reads them (the default engine: as SGLang)."""
+    schema's); reserved flags as ``engine`` reads them (a family without tables of its own,
+    the default engine: as SGLang)."""
     if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
         return []
-    tables = option_tables("vllm") if engine == "vllm" else None
     problems = [
         Problem(json_path([*path, index]), message)
-        for index, message in reserved_flag_problems(args, tables or None)
+        for index, message in family_of(engine).launch_arg_problems(args)
     ]
     for index, arg in enumerate(args):
         size = len(arg.encode("utf-8", "surrogatepass")) + 1  # with its NUL
@@ -74,6 +75,12 @@ def env_problems(env: Any, path: JsonPath) -> list[Problem]:
                 "cpu:0,cpu:1,... splits the container's cores between devices)"
             )
             problems.append(Problem(where, message))
+        elif owner := _flag_reader(variable):
+            message = (
+                f"{key!r} sets {variable}, which {owner.label} reads as one of its flags: the "
+                "worker sets its flags itself; pass the others in extra_launch_args, and remove it"
+            )
+            problems.append(Problem(where, message))
         elif variable in VISIBILITY_VARIABLES:
             message = (
                 f"{key!r} sets the device-visibility variable {variable}: the launcher "
@@ -82,6 +89,14 @@ def env_problems(env: Any, path: JsonPath) -> list[Problem]:
             )
             problems.append(Problem(where, message))
     return problems
+
+
+def _flag_reader(variable: str) -> EngineFamily | None:
+    """The family that reads ``variable`` as its flags (the launcher clears such variables)."""
+    for family in FAMILIES.values():
+        if family.owned_prefixes and variable.startswith(family.owned_prefixes):
+            return family
+    return None
 
 
 def _too_long(what: str, size: int) -> str:
@@ -106,9 +121,11 @@ def profile_engine(doc: Mapping[str, Any], name: str) -> EngineKind:
             break
         adapter = profile.get("adapter_path")
         if isinstance(adapter, str):
-            return "vllm" if canonical_path(adapter).startswith(_VLLM) else "sglang"
+            path = canonical_path(adapter)
+            owner = next((f for f in FAMILIES.values() if path in f.adapters), PRODUCT_FAMILY)
+            return owner.kind
         parent = profile.get("extends")
         if not isinstance(parent, str):
             break
         name = parent
-    return "sglang"
+    return PRODUCT_FAMILY.kind

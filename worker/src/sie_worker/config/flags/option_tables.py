@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from sie_worker.config.flags.sglang_release import version_key
+from sie_worker.engines.sglang.release import version_key
 
 __all__ = [
     "Action",

@@ -20,6 +20,9 @@ from sie_worker.config.flags.option_tables import (
     option_tables,
     resolve,
 )
+from sie_worker.engines.registry import family_of
+from sie_worker.engines.sglang.reserved import RESERVED_DESTS as SGLANG_RESERVED
+from sie_worker.engines.vllm.reserved import RESERVED_DESTS as VLLM_RESERVED
 
 __all__ = [
     "RESERVED_DESTS",
@@ -29,96 +32,9 @@ __all__ = [
     "reserved_flag_problems",
 ]
 
-# dest -> (why the worker owns it, how to fix the config).
-_SINGLE_ENGINE = (
-    "SIE reserves GPUs from the declared width alone and runs one single-node engine per model"
-)
-_GROUP = (
-    "the worker sets it from the declared widths and, on a group of nodes, from SIE_NODES, "
-    "SIE_NODE_RANK and SIE_LEADER_ADDRESS"
-)
-_STAGES = (_GROUP, "remove it and set adapter_options.loadtime.pipeline_parallel_size")
-_MASK = "the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES"
-_LISTENER = (
-    "SIE owns the engine's HTTP host and port (the worker server's own --host/--port are separate)"
-)
-_REASONS: Mapping[str, tuple[str, str]] = {
-    "tp_size": (
-        "the worker sets it from the declared width",
-        "remove it and set adapter_options.loadtime.tensor_parallel_size",
-    ),
-    "dp_size": (_SINGLE_ENGINE, "remove it; run more worker replicas for more copies"),
-    "ep_size": (_SINGLE_ENGINE, "remove it"),
-    "pp_size": _STAGES,
-    "nnodes": (_GROUP, "remove it"),
-    "node_rank": (_GROUP, "remove it"),
-    "dist_init_addr": (_GROUP, "remove it; adapter_options.loadtime.nccl_port sets the port"),
-    "base_gpu_id": (_MASK, "remove it"),
-    "gpu_id_step": (_MASK, "remove it"),
-    "host": (_LISTENER, "remove it"),
-    "port": (_LISTENER, "remove it"),
-    "nccl_port": (
-        "the worker sets the rendezvous port",
-        "remove it and set adapter_options.loadtime.nccl_port to choose one",
-    ),
-}
-# Older releases' names for the same dests (SGLang 0.5.10.post1 and before).
-_OLD_DESTS: Mapping[str, str] = {
-    "tensor_parallel_size": "tp_size",
-    "data_parallel_size": "dp_size",
-    "expert_parallel_size": "ep_size",
-    "pipeline_parallel_size": "pp_size",
-}
-_REASONS = {**_REASONS, **{old: _REASONS[new] for old, new in _OLD_DESTS.items()}}
-RESERVED_DESTS: frozenset[str] = frozenset(_REASONS)
-
-_VLLM_SINGLE = "the worker reserves devices from the declared width and runs one engine per model"
-_VLLM_DATA = (_VLLM_SINGLE, "remove it; run more worker replicas for more copies")
-_VLLM_REASONS: Mapping[str, tuple[str, str]] = {
-    "tensor_parallel_size": (
-        "the worker sets it from the declared width",
-        "remove it and set adapter_options.loadtime.tensor_parallel_size",
-    ),
-    "pipeline_parallel_size": _STAGES,
-    "prefill_context_parallel_size": (_VLLM_SINGLE, "remove it"),
-    "data_parallel_size": _VLLM_DATA,
-    "data_parallel_size_local": _VLLM_DATA,
-    "data_parallel_rank": _VLLM_DATA,
-    "data_parallel_start_rank": _VLLM_DATA,
-    "data_parallel_address": _VLLM_DATA,
-    "data_parallel_rpc_port": _VLLM_DATA,
-    "data_parallel_backend": _VLLM_DATA,
-    "data_parallel_hybrid_lb": _VLLM_DATA,
-    "data_parallel_external_lb": _VLLM_DATA,
-    "data_parallel_multi_port_external_lb": _VLLM_DATA,
-    "data_parallel_supervisor_port": _VLLM_DATA,
-    "nnodes": (_GROUP, "remove it"),
-    "node_rank": (_GROUP, "remove it"),
-    "master_addr": (_GROUP, "remove it"),
-    "master_port": (
-        "the worker sets the rendezvous port",
-        "remove it and set adapter_options.loadtime.nccl_port to choose one",
-    ),
-    "distributed_executor_backend": (
-        "the worker starts the engine's ranks as its own process group (vLLM's mp executor)",
-        "remove it",
-    ),
-    "headless": (_GROUP, "remove it"),
-    "api_server_count": ("the worker relays requests to one API server per engine", "remove it"),
-    "host": (_LISTENER, "remove it"),
-    "port": (_LISTENER, "remove it"),
-    "uds": (_LISTENER, "remove it"),
-    "config": (
-        "a config file may set the placement and listener flags behind the worker's back",
-        "pass its other settings in extra_launch_args instead",
-    ),
-}
-VLLM_RESERVED_DESTS: frozenset[str] = frozenset(_VLLM_REASONS)
-_BY_ENGINE: Mapping[str, Mapping[str, tuple[str, str]]] = {
-    "sglang": _REASONS,
-    "vllm": _VLLM_REASONS,
-}
-_LABELS: Mapping[str, str] = {"sglang": "SGLang", "vllm": "vLLM"}
+# The families' tables of reserved dests, for the tests that compare them with the parsers.
+RESERVED_DESTS: frozenset[str] = SGLANG_RESERVED
+VLLM_RESERVED_DESTS: frozenset[str] = VLLM_RESERVED
 
 # The reserved option strings alone; used only when no generated table ships (should not
 # happen: the package carries one per SGLang release a bundle runs).
@@ -157,12 +73,13 @@ def reserved_flag_problem(token: str, tables: Sequence[OptionTable] | None = Non
     """The refusal message for one ``extra_launch_args`` token, or None when it is allowed.
     ``tables``: the releases to check (default: SGLang's)."""
     for table in tables if tables is not None else (option_tables() or (fallback_table(),)):
-        reasons = _BY_ENGINE[table.engine]
+        family = family_of(table.engine)
+        reasons = family.reserved
         match = resolve(token, table)
         reserved = [d for d in dict.fromkeys(match.dests) if d in reasons]
         if not reserved:
             continue
-        label = _LABELS[table.engine]
+        label = family.label
         names = " or ".join(_describe(table.strings_of(d)) for d in reserved)
         why, fix = reasons[reserved[0]]
         if len(reserved) > 1:

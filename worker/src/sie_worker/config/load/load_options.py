@@ -32,8 +32,7 @@ class LoadOptions:
     task: str | None = None  # "generate", "encode" or "score"
     declared: Mapping[str, Any] = field(default_factory=dict)  # the loadtime block as written
     model_path: str | None = None  # model_path resolved to a local directory; None: use hf_id
-    sglang_version: str | None = None  # the SGLang release the argv is built for
-    vllm_version: str | None = None  # the vLLM release the argv is built for
+    engine_version: str | None = None  # the engine release the argv is built for
     context_length: int | None = None  # --context-length (None: the model's config.json)
     warnings: tuple[str, ...] = ()  # accepted options this worker does not apply
     # LoRA adapters (lora_paths), local sources resolved to absolute folders; hub ones stay

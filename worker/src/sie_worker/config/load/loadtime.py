@@ -11,9 +11,9 @@ product; a model wider than the worker is served by its group of nodes, pinned, 
 ``disable_piecewise_cuda_graph`` true above width 1 (every width on ``sglang-cu130`` and with SIE's
 Gemma and cu130 adapters);
 ``nccl_port`` picked by the worker from 30400-30499. The SGLang adapters' other options, the
-flag each means and its rule are one table, :mod:`sie_worker.config.flags.sglang_flags`, checked
+flag each means and its rule are one table, :mod:`sie_worker.engines.sglang.flags`, checked
 against the SGLang release of the worker's bundle; the transformers engine's options are
-checked in :mod:`sie_worker.config.load.engine_options`.
+checked in :mod:`sie_worker.engines.default.checks`.
 """
 
 from __future__ import annotations
@@ -32,11 +32,7 @@ from sie_worker.config.adapters import (
 )
 from sie_worker.config.files.jsonpath import json_path
 from sie_worker.config.files.values import number_text
-from sie_worker.config.flags.option_tables import disables_cuda_graph
-from sie_worker.config.flags.sglang_checks import SGLangChecks, release_of
-from sie_worker.config.flags.sglang_flags import Release, option_problem
-from sie_worker.config.flags.vllm_checks import VLLMChecks, vllm_release_of
-from sie_worker.config.load.engine_options import transformers_problems
+from sie_worker.config.flags.option_rules import Release
 from sie_worker.config.load.load_options import LoadOptions, adapter_of, context_length
 from sie_worker.config.load.model_shape import (
     ModelPathError,
@@ -55,6 +51,9 @@ from sie_worker.config.widths import (
     width_problem,
     width_words,
 )
+from sie_worker.engines.family import EngineChecks
+from sie_worker.engines.registry import family_of
+from sie_worker.engines.sglang.flags import option_problem
 from sie_worker.errors import InvalidConfig, Problem
 from sie_worker.settings import Settings
 
@@ -130,7 +129,8 @@ class _Resolver:
         width, stages, local_width = self._width(adapter)
         spans = width_words(width, stages)
         generation = task == "generate"
-        release, checks = self._engine_checks(adapter)
+        extras = {k: v for k, v in loadtime.items() if k not in _COMMON}
+        release, checks = self._engine_checks(adapter, extras)
         if "request_read_timeout_s" in loadtime:
             read_timeout = self._seconds("request_read_timeout_s")
         elif task == "encode":
@@ -150,14 +150,10 @@ class _Resolver:
         if piecewise is None:
             # SIE's Gemma and cu130 adapters turn it off at every width too.
             piecewise = width > 1 or CU130_BUNDLE in (settings.bundle, adapter.bundle)
-        no_graphs = bool(self._bool("disable_cuda_graph")) or (
-            adapter.engine == "sglang" and disables_cuda_graph(served.profile.extra_launch_args)
-        )
+        no_graphs = bool(self._bool("disable_cuda_graph")) or family_of(
+            adapter.engine
+        ).disables_graphs(served.profile.extra_launch_args)
         nccl_port = self._nccl_port(width)
-        extras = {k: v for k, v in loadtime.items() if k not in _COMMON}
-        if adapter.engine == "transformers":
-            for where, message in transformers_problems(adapter, served, extras):
-                self.add(where, message)
         model_path = self._shape(width // stages, adapter)
         loras = self._loras()
         if self.problems:
@@ -175,8 +171,7 @@ class _Resolver:
             task=task,
             declared=served.profile.loadtime,
             model_path=str(model_path) if model_path is not None else None,
-            sglang_version=release.version if adapter.engine == "sglang" and release else None,
-            vllm_version=release.version if adapter.engine == "vllm" and release else None,
+            engine_version=release.version if release else None,
             context_length=context_length(served, adapter),
             warnings=tuple(self.warnings + (checks.warnings if checks else [])),
             loras=loras,
@@ -275,20 +270,17 @@ class _Resolver:
         return value
 
     def _engine_checks(
-        self, adapter: type[Adapter]
-    ) -> tuple[Release | None, SGLangChecks | VLLMChecks | None]:
-        """The engine release the load runs and its checks (the default engine: none)."""
-        checks: SGLangChecks | VLLMChecks
-        bundle = self.settings.bundle
-        if adapter.engine == "sglang":
-            release = release_of(bundle, self.env)
-            checks = SGLangChecks(adapter, self.served, self.loadtime, release)
-        elif adapter.engine == "vllm":
-            release = vllm_release_of(bundle, self.env)
-            on_cpu = not self.settings.devices[0].startswith("cuda")
-            checks = VLLMChecks(self.served, self.loadtime, release, on_cpu=on_cpu)
-        else:
-            return None, None
+        self, adapter: type[Adapter], extras: Mapping[str, Any]
+    ) -> tuple[Release | None, EngineChecks | None]:
+        """The engine release the load runs and its family's checks of the options."""
+        family = family_of(adapter.engine)
+        release = family.release(self.settings.bundle, self.env)
+        on_cpu = not self.settings.devices[0].startswith("cuda")
+        checks = family.checks(
+            adapter, self.served, self.loadtime, release, on_cpu=on_cpu, extras=extras
+        )
+        if checks is None:
+            return release, None
         for where, message in checks.problems():
             self.add(where, message)
         return release, checks
@@ -389,7 +381,7 @@ class _Resolver:
         except ModelPathError as exc:
             self.add(list(config.path_of("model_path")), str(exc))
             return None
-        if counts is not None and adapter.engine != "transformers":
+        if counts is not None and family_of(adapter.engine).checks_heads:
             for message in width_fit_problems(width, counts):
                 self.add("tensor_parallel_size", message)
         return local

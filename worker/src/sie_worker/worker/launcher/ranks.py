@@ -1,28 +1,21 @@
-"""One rank of a model that a group of nodes serves: its rendezvous port and the engine's
-multi-node flags. Pure.
+"""One rank of a model that a group of nodes serves: its rendezvous port. Pure.
 
 A model wider than one worker's devices is served by every worker of the group
 (``SIE_NODES``), each running one rank of its engine on width / N of its devices. Every
 rank must find the same rendezvous port without asking anyone: ``nccl_port`` when the
 config declares it, else :data:`GROUP_PORT_BASE` + the model's index in ``SIE_PINNED_MODELS``
 (the same list on every rank; a group model is always pinned). Rank 0, at
-``SIE_LEADER_ADDRESS``, listens on it; the other ranks join it.
-
-- SGLang: ``--nnodes N --node-rank K --dist-init-addr <leader>:<port>`` (its ``--tp-size``
-  and ``--pp-size`` count the whole group; only rank 0 serves HTTP, the others a bare
-  ``/health`` once loaded);
-- vLLM: ``--nnodes N --node-rank K --master-addr <leader> --master-port <port>``, and
-  ``--headless`` on ranks >= 1 (no API server: the rank is ready once started).
+``SIE_LEADER_ADDRESS``, listens on it; the other ranks join it. Each engine family spells its
+multi-node flags itself (:meth:`~sie_worker.engines.family.EngineFamily.rank_args`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sie_server.adapters.base import EngineKind
 from sie_worker.settings import Settings
 
-__all__ = ["GROUP_PORT_BASE", "GroupRank", "group_port", "group_rank", "rank_args"]
+__all__ = ["GROUP_PORT_BASE", "GroupRank", "group_port", "group_rank"]
 
 GROUP_PORT_BASE = 30400
 
@@ -60,19 +53,3 @@ def group_rank(model_id: str, declared: int | None, settings: Settings) -> Group
         leader=settings.leader_address,
         port=group_port(model_id, declared, settings.pinned_models),
     )
-
-
-def rank_args(engine: EngineKind, group: GroupRank) -> list[str]:
-    """The engine's multi-node flags for this rank, as its parser spells them."""
-    nodes = ["--nnodes", str(group.nodes), "--node-rank", str(group.rank)]
-    if engine == "sglang":
-        return [*nodes, "--dist-init-addr", f"{_host(group.leader)}:{group.port}"]
-    if engine == "vllm":
-        args = [*nodes, "--master-addr", group.leader, "--master-port", str(group.port)]
-        return args if group.leads else [*args, "--headless"]
-    raise ValueError(f"the {engine} engine runs on one device; it has no ranks across nodes")
-
-
-def _host(address: str) -> str:
-    """An IPv6 literal in brackets, so ``host:port`` splits once."""
-    return f"[{address}]" if ":" in address else address

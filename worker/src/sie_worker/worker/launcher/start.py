@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from sie_worker.config.engine_families import family_of
 from sie_worker.config.load.load_options import LoadOptions
 from sie_worker.config.model import ServedModel
 from sie_worker.errors import LoadFailed
@@ -32,7 +31,7 @@ from sie_worker.http.connections import Connections
 from sie_worker.settings import Settings
 from sie_worker.sizing.memory_needs import EngineShare
 from sie_worker.worker.launcher import ports
-from sie_worker.worker.launcher.plan import engine_env, engine_of, plan_launch
+from sie_worker.worker.launcher.plan import engine_env, family_of_load, plan_launch
 from sie_worker.worker.launcher.process import EngineProcess, PortInUse
 from sie_worker.worker.launcher.ranks import group_rank
 
@@ -130,10 +129,12 @@ async def start_engine(
     memory, :func:`~sie_worker.sizing.memory_needs.engine_share`). Raises :class:`LoadFailed` (and
     its kinds: :class:`~sie_worker.worker.launcher.process.OutOfMemory` among them) or
     :class:`~sie_worker.errors.StartupTimeout`; a failed engine is always stopped."""
+    family = family_of_load(options)
     group = group_rank(served.id, options.nccl_port, settings) if options.grouped else None
     declared = group.port if group is not None else options.nccl_port
     # A declared rendezvous port is held too, so other loads' engine ports stay off it.
-    nccl_port = booking.hold(declared) if declared else booking.pick(ports.RENDEZVOUS_PORTS)
+    picks = family.picks_rendezvous
+    nccl_port = booking.hold(declared) if declared else _pick_rendezvous(booking, picks)
     last_error: LoadFailed | None = None
     for _ in range(PORT_ATTEMPTS):
         port = booking.pick(ports.ENGINE_PORTS)
@@ -144,9 +145,7 @@ async def start_engine(
             port=port,
             nccl_port=nccl_port,
             settings=settings,
-            share=share.fraction if share is not None else None,
-            kv_cache_gib=share.kv_cache_gib if share is not None else None,
-            kv_tokens=share.kv_tokens if share is not None else None,
+            share=share,
             group=group,
         )
         engine = await EngineProcess.start(
@@ -155,8 +154,8 @@ async def start_engine(
             engine_env(base_env, plan),
             port,
             cores=plan.cores,
-            ranks=family_of(engine_of(options)).rank_processes,
-            shm_names=family_of(engine_of(options)).shm_names,
+            ranks=family.rank_processes,
+            shm_names=family.shm_names,
         )
         try:
             if plan.health_path is None:
@@ -169,7 +168,7 @@ async def start_engine(
             await engine.stop(settings.engine_stop_grace_s)
             # Either port may be the taken one; a declared rendezvous port stays.
             if not declared:
-                nccl_port = booking.pick(ports.RENDEZVOUS_PORTS)
+                nccl_port = _pick_rendezvous(booking, picks)
             continue
         except BaseException:
             await asyncio.shield(engine.stop(settings.engine_stop_grace_s))
@@ -177,3 +176,8 @@ async def start_engine(
         return RunningEngine(engine, options, plan.nccl_port)
     assert last_error is not None
     raise LoadFailed(f"{last_error.message} ({PORT_ATTEMPTS} ports tried)")
+
+
+def _pick_rendezvous(booking: Booking, picks: bool) -> int | None:
+    """A rendezvous port for an engine whose family takes the worker's (SGLang), else None."""
+    return booking.pick(ports.RENDEZVOUS_PORTS) if picks else None

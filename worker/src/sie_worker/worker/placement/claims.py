@@ -13,15 +13,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sie_server.adapters.base import EngineKind
 from sie_worker.config.adapters import NotServedHere, UnknownAdapter, resolve_adapter
 from sie_worker.config.load.load_options import LoadOptions, adapter_of
 from sie_worker.config.load.model_shape import ModelPathError, local_model_dir
 from sie_worker.config.model import ServedModel
+from sie_worker.engines.registry import family_of
 from sie_worker.errors import PlacementFailed
 from sie_worker.settings import Settings
 from sie_worker.sizing.arithmetic import kv_bytes_per_token_per_gpu
 from sie_worker.sizing.capacity import kv_bytes_per_value
-from sie_worker.sizing.memory_needs import EngineKind, memory_need
+from sie_worker.sizing.memory_needs import EngineShare
 from sie_worker.sizing.model_stats import ModelStatsError, shape_from_config
 from sie_worker.worker.metrics import WorkerMetrics
 from sie_worker.worker.placement.allocator import Claim, NoPlacement, Placement, Strategy, place
@@ -53,12 +55,12 @@ def cpu_kv_inputs(
     tensor width and stages, and the cached value's size); None where unknown or not needed.
 
     Reads files: call it off the event loop."""
-    engine = resolve_adapter(options.adapter).engine
-    if on_cuda or engine == "transformers" or options.model_path is None:
+    sizing = family_of(resolve_adapter(options.adapter).engine).cpu_kv_sizing()
+    if on_cuda or sizing == "none" or options.model_path is None:
         return None, None
     folder = Path(options.model_path)
     weights = weight_bytes(folder)
-    if engine != "sglang":
+    if sizing != "tokens":
         return weights, None
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -70,6 +72,36 @@ def cpu_kv_inputs(
         shape, options.tensor_width, per_value, pipeline=options.stages
     )
     return weights, token_bytes
+
+
+def share_at_start(
+    served: ServedModel,
+    options: LoadOptions,
+    *,
+    on_cuda: bool,
+    need: int | None,
+    totals: Sequence[int | None],
+    frees: Sequence[int] | None = None,
+) -> EngineShare | None:
+    """What the engine of a load is told of its memory when it starts on devices of
+    ``totals`` bytes with ``frees`` free (None: all of them, an empty worker), for the worker
+    and ``sie-worker plan`` alike; None when the need or a device's total is unknown. Raises
+    :class:`~sie_worker.sizing.memory_needs.NoRoomAtStart` when a device has too little.
+
+    Reads files on cpu devices: call it off the event loop."""
+    known = [t for t in totals if t is not None]
+    if need is None or len(known) != len(totals):
+        return None
+    weights, token_bytes = cpu_kv_inputs(served, options, on_cuda=on_cuda)
+    return family_of(resolve_adapter(options.adapter).engine).share(
+        on_cuda=on_cuda,
+        need=need,
+        totals=known,
+        frees=list(frees) if frees is not None else known,
+        declared=options.declared,
+        weights_bytes=weights,
+        kv_token_bytes=token_bytes,
+    )
 
 
 def estimated_need(served: ServedModel, settings: Settings, memory: DeviceMemory) -> int | None:
@@ -96,20 +128,11 @@ def _need(
     totals = [t for t in memory.totals if t is not None]
     if not totals:
         return None
-    # The engine's declared share: SGLang's of the free memory, vLLM's of the total.
-    key = "gpu_memory_utilization" if engine == "vllm" else "mem_fraction_static"
-    fraction, memory_gib = loadtime.get(key), loadtime.get("memory_gib")
+    family = family_of(engine)
     weights = None
-    if engine == "transformers" and memory_gib is None and folder is not None:
+    if family.needs_weights(on_cpu=on_cpu) and "memory_gib" not in loadtime and folder is not None:
         weights = weight_bytes(folder)
-    return memory_need(
-        engine,
-        max(totals),
-        on_cpu=on_cpu,
-        mem_fraction=float(fraction) if isinstance(fraction, int | float) else None,
-        memory_gib=float(memory_gib) if isinstance(memory_gib, int | float) else None,
-        weights_bytes=weights,
-    )
+    return family.memory_need(max(totals), on_cpu=on_cpu, declared=loadtime, weights_bytes=weights)
 
 
 class Placer:

@@ -19,7 +19,7 @@
 - ``--mem-fraction-static`` (the engine's share of the memory free at its start when the
   worker knows device memory, else ``mem_fraction_static`` as declared),
   ``--attention-backend``, ``--grammar-backend``, ``--reasoning-parser``,
-  ``--tool-call-parser``, ``--speculative-*`` (:mod:`sie_worker.config.flags.sglang_flags`);
+  ``--tool-call-parser``, ``--speculative-*`` (:mod:`sie_worker.engines.sglang.flags`);
 - with ``lora_paths``: ``--enable-lora --max-loras-per-batch N --lora-paths name=path ...``
   (:mod:`sie_worker.config.lora`; a hub adapter's path is its fetched snapshot);
 - the prefill CUDA-graph switch (``--disable-prefill-cuda-graph`` from 0.5.20,
@@ -39,14 +39,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sie_worker.config.adapters import resolve_adapter
-from sie_worker.config.engine_families import family_of
-from sie_worker.config.flags.sglang_flags import SGLANG_OPTIONS, speculative_args
-from sie_worker.config.flags.sglang_release import (
+from sie_worker.config.lora import sglang_lora_args
+from sie_worker.engines.sglang.family import SGLANG
+from sie_worker.engines.sglang.flags import SGLANG_OPTIONS, speculative_args
+from sie_worker.engines.sglang.release import (
     disable_cuda_graph_args,
     engine_version,
     prefill_graph_flag,
 )
-from sie_worker.config.lora import sglang_lora_args
 from sie_worker.worker.launcher.argv_inputs import ENGINE_HOST, ArgvInputs
 
 __all__ = ["sglang_argv"]
@@ -66,11 +66,11 @@ def sglang_argv(inputs: ArgvInputs) -> tuple[str, ...]:
     served, options, settings = inputs.served, inputs.options, inputs.settings
     profile = served.profile
     loadtime = profile.loadtime
-    version = inputs.version or options.sglang_version or engine_version(settings.bundle)
+    version = inputs.version or options.engine_version or engine_version(settings.bundle)
     adapter = resolve_adapter(options.adapter)
-    argv = inputs.command(family_of("sglang"))
+    argv = inputs.command(SGLANG)
     argv += inputs.model_source("--model-path")
-    argv += ["--served-model-name", served.id, *inputs.parallel("sglang", "--tp-size", "--pp-size")]
+    argv += ["--served-model-name", served.id, *inputs.parallel(SGLANG, "--tp-size", "--pp-size")]
     argv += ["--host", ENGINE_HOST, "--port", str(inputs.port)]
     if inputs.nccl_port is not None and inputs.group is None:
         argv += ["--nccl-port", str(inputs.nccl_port)]
@@ -79,8 +79,8 @@ def sglang_argv(inputs: ArgvInputs) -> tuple[str, ...]:
         # Its CPU engine runs without the overlap scheduler (CUDA streams), and its KV cache
         # is its share in tokens: on CPU SGLang sizes it from the machine's free memory.
         argv += ["--device", "cpu", "--disable-overlap-schedule"]
-        if inputs.kv_tokens is not None:
-            argv += ["--max-total-tokens", str(inputs.kv_tokens)]
+        if inputs.share is not None and inputs.share.kv_tokens is not None:
+            argv += ["--max-total-tokens", str(inputs.share.kv_tokens)]
     if inputs.precision:
         argv += ["--dtype", inputs.precision]
     if options.context_length is not None:
@@ -96,8 +96,8 @@ def sglang_argv(inputs: ArgvInputs) -> tuple[str, ...]:
         argv += ["--watchdog-timeout", _seconds(options.watchdog_timeout_s)]
     for name in _VALUE_FLAGS:
         value, flag = loadtime.get(name), SGLANG_OPTIONS[name].flag
-        if name == "mem_fraction_static" and inputs.share is not None:
-            value = inputs.share
+        if name == "mem_fraction_static" and inputs.fraction is not None:
+            value = inputs.fraction
         if value is not None and flag is not None:
             argv += [flag, str(value)]
     spec = loadtime.get("speculative")

@@ -2,7 +2,7 @@
 
 The release is the worker's bundle's (``SIE_BUNDLE``; ``SIE_SGLANG_VERSION`` overrides it),
 with its option table when one ships. Beyond each option's own rule
-(:mod:`sie_worker.config.flags.sglang_flags`):
+(:mod:`sie_worker.engines.sglang.flags`):
 
 - an adapter that needs a newer engine than the release (SIE's Gemma and cu130 adapters:
   SGLang 0.5.20 and later), or a flag the release lacks (``--enable-strict-thinking``), is
@@ -33,10 +33,10 @@ from sie_worker.config.flags.option_tables import (
     table_for,
     unknown_option,
 )
-from sie_worker.config.flags.sglang_flags import SGLANG_OPTIONS, Release, option_problem
-from sie_worker.config.flags.sglang_release import BUNDLE_VERSIONS, engine_version, version_key
 from sie_worker.config.lora import lora_adapters, max_loras
 from sie_worker.config.model import JsonPath, ServedModel
+from sie_worker.engines.sglang.flags import SGLANG_OPTIONS, Release, option_problem
+from sie_worker.engines.sglang.release import BUNDLE_VERSIONS, engine_version, version_key
 
 __all__ = ["MAMBA_DESTS", "SGLangChecks", "mamba_strategy", "release_of"]
 
@@ -62,7 +62,7 @@ _LORA_DESTS = frozenset({"lora_paths", "enable_lora", "max_loras_per_batch"})
 Where = str | JsonPath
 
 
-def release_of(bundle: str, env: Mapping[str, str]) -> Release:
+def release_of(bundle: str, env: Mapping[str, str] | None) -> Release:
     version = engine_version(bundle, env)
     return Release(version, bundle, table_for(version))
 

@@ -22,7 +22,7 @@ from sie_server.adapters.transformers import SieTransformersAdapter
 from sie_worker.config.files.values import described
 from sie_worker.config.model import JsonPath, ServedModel
 
-__all__ = ["DEVICES", "FLASH_POOLING", "transformers_problems"]
+__all__ = ["DEVICES", "FLASH_POOLING", "DefaultChecks", "transformers_problems"]
 
 DEVICES = ("auto", "cpu", "cuda")
 FLASH_POOLING = ("cls", "mean")
@@ -124,3 +124,17 @@ def _value_problem(adapter: type[SieTransformersAdapter], key: str, value: Any) 
     if key == "output_types" and value not in (["dense"], None):
         return f"the default engine makes dense vectors only, got {described(value)}"
     return None
+
+
+class DefaultChecks:
+    """The default engine's checks of one load (:func:`transformers_problems`), as the
+    engine protocol asks for them."""
+
+    def __init__(
+        self, adapter: type[Adapter], served: ServedModel, extras: Mapping[str, Any]
+    ) -> None:
+        self.warnings: list[str] = []
+        self._found = transformers_problems(adapter, served, extras)
+
+    def problems(self) -> list[tuple[Where, str]]:
+        return list(self._found)

@@ -22,16 +22,16 @@
 - pipeline stages on cpu devices: ``--compilation-config '{"mode": 2, "backend": "eager"}'``
   (vLLM's CPU build warms up only in a compilation mode other than NONE, and later stages
   fail their first request without that warm-up; what forces NONE is refused at load:
-  :mod:`~sie_worker.config.flags.vllm_checks`);
+  :mod:`~sie_worker.engines.vllm.checks`);
 - ``extra_launch_args``.
 """
 
 from __future__ import annotations
 
 from sie_worker.config.adapters import resolve_adapter
-from sie_worker.config.engine_families import family_of
-from sie_worker.config.flags.vllm_checks import PIPELINE_ON_CPU_COMPILATION
-from sie_worker.config.flags.vllm_flags import VLLM_OPTIONS, vllm_lora_args
+from sie_worker.engines.vllm.checks import PIPELINE_ON_CPU_COMPILATION
+from sie_worker.engines.vllm.family import VLLM
+from sie_worker.engines.vllm.flags import VLLM_OPTIONS, vllm_lora_args
 from sie_worker.worker.launcher.argv_inputs import ENGINE_HOST, ArgvInputs
 
 __all__ = ["vllm_argv"]
@@ -45,10 +45,10 @@ def vllm_argv(inputs: ArgvInputs) -> tuple[str, ...]:
     served, options = inputs.served, inputs.options
     profile = served.profile
     loadtime = profile.loadtime
-    argv = inputs.command(family_of("vllm"))
+    argv = inputs.command(VLLM)
     argv += inputs.model_source("--model")
     argv += ["--served-model-name", served.id]
-    argv += inputs.parallel("vllm", "--tensor-parallel-size", "--pipeline-parallel-size")
+    argv += inputs.parallel(VLLM, "--tensor-parallel-size", "--pipeline-parallel-size")
     argv += ["--host", ENGINE_HOST, "--port", str(inputs.port)]
     if inputs.nccl_port is not None and inputs.group is None:
         argv += ["--master-port", str(inputs.nccl_port)]
@@ -61,7 +61,7 @@ def vllm_argv(inputs: ArgvInputs) -> tuple[str, ...]:
         argv.append("--trust-remote-code")
     argv += resolve_adapter(options.adapter).engine_args(loadtime, profile.runtime)
     utilization = (
-        inputs.share if inputs.share is not None else loadtime.get("gpu_memory_utilization")
+        inputs.fraction if inputs.fraction is not None else loadtime.get("gpu_memory_utilization")
     )
     if utilization is not None:
         argv += ["--gpu-memory-utilization", str(utilization)]

@@ -2,7 +2,7 @@
 
 The release is the worker's bundle's (``SIE_BUNDLE``; ``SIE_VLLM_VERSION`` overrides it),
 with its option table (vLLM's own parser, :mod:`sie_worker.config.flags.option_tables`). Beyond
-each option's own rule (:mod:`sie_worker.config.flags.vllm_flags`), every ``extra_launch_args``
+each option's own rule (:mod:`sie_worker.engines.vllm.flags`), every ``extra_launch_args``
 token is read as vLLM's FlexibleArgumentParser reads it (underscores, ``--name.key``,
 abbreviations, short aliases):
 
@@ -39,9 +39,9 @@ from sie_worker.config.flags.option_tables import (
     unknown_option,
 )
 from sie_worker.config.flags.reserved_flags import reserved_flag_problem
-from sie_worker.config.flags.vllm_flags import VLLM_OPTIONS, option_problem
-from sie_worker.config.flags.vllm_release import engine_version
 from sie_worker.config.model import JsonPath, ServedModel
+from sie_worker.engines.vllm.flags import VLLM_OPTIONS, option_problem
+from sie_worker.engines.vllm.release import engine_version
 
 __all__ = ["PIPELINE_ON_CPU_COMPILATION", "VLLMChecks", "vllm_release_of"]
 
@@ -72,7 +72,7 @@ _OWNED: Mapping[str, str] = {
 Where = str | JsonPath
 
 
-def vllm_release_of(bundle: str, env: Mapping[str, str]) -> Release:
+def vllm_release_of(bundle: str, env: Mapping[str, str] | None) -> Release:
     version = engine_version(bundle, env)
     return Release(version, bundle, table_for(version, "vllm"), "vLLM")
 

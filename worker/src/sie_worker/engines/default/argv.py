@@ -7,7 +7,7 @@ device memory, then ``extra_launch_args``."""
 from __future__ import annotations
 
 from sie_worker.config.adapters import resolve_adapter
-from sie_worker.config.engine_families import family_of
+from sie_worker.engines.default.family import DEFAULT
 from sie_worker.worker.launcher.argv_inputs import ENGINE_HOST, ArgvInputs
 
 __all__ = ["default_argv"]
@@ -16,7 +16,7 @@ __all__ = ["default_argv"]
 def default_argv(inputs: ArgvInputs) -> tuple[str, ...]:
     served, options = inputs.served, inputs.options
     profile = served.profile
-    argv = inputs.command(family_of("transformers"))
+    argv = inputs.command(DEFAULT)
     argv += ["--model-path", options.model_path or served.config.hf_id]
     argv += ["--host", ENGINE_HOST, "--port", str(inputs.port)]
     argv += ["--task", options.task or "encode", "--served-model-name", served.id]
@@ -32,7 +32,7 @@ def default_argv(inputs: ArgvInputs) -> tuple[str, ...]:
         argv += ["--lora", f"{lora.name}={lora.source}"]
     if options.loras and options.max_loras_per_batch is not None:
         argv += ["--max-loras-per-batch", str(options.max_loras_per_batch)]
-    if inputs.share is not None:
-        argv += ["--cuda-memory-fraction", str(inputs.share)]
+    if inputs.fraction is not None:
+        argv += ["--cuda-memory-fraction", str(inputs.fraction)]
     argv += profile.extra_launch_args
     return tuple(argv)
