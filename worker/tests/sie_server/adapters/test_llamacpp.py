@@ -11,7 +11,6 @@ from sie_server.adapters.llamacpp.generation import LlamaCppGenerationAdapter
 from sie_server.adapters.llamacpp.options import (
     LLAMACPP_OPTIONS,
     option_problem,
-    options_for,
     split_args,
     split_problem,
 )
@@ -45,7 +44,7 @@ def test_the_adapter_accepts_the_split_and_file_options_and_none_of_the_gpu_engi
     assert accepted.isdisjoint(
         {"gpu_memory_utilization", "mem_fraction_static", "compute_precision", "lora_paths"}
     )
-    assert options_for("generation") == tuple(LLAMACPP_OPTIONS)
+    assert LlamaCppGenerationAdapter.loadtime_options == tuple(LLAMACPP_OPTIONS)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import ClassVar, cast
 
 from sie_server.adapters.base import EngineKind, OneTaskAdapter
-from sie_server.adapters.llamacpp.options import Family, options_for
+from sie_server.adapters.llamacpp.options import LLAMACPP_OPTIONS
 
 __all__ = ["LlamaCppAdapter"]
 
@@ -24,5 +24,4 @@ class LlamaCppAdapter(OneTaskAdapter):
     # protocol (issue 48); until then the sizing code's narrower type would refuse it.
     engine: ClassVar[EngineKind] = cast(EngineKind, "llamacpp")
     bundle: ClassVar[str] = "llamacpp"
-    family: ClassVar[Family] = "generation"
-    loadtime_options = options_for("generation")
+    loadtime_options = tuple(LLAMACPP_OPTIONS)

@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Any
 
 from sie_worker.config.files.values import described
 from sie_worker.config.flags.option_rules import (
@@ -39,25 +39,21 @@ from sie_worker.config.flags.option_rules import (
 from sie_worker.config.widths import MAX_WIDTH
 
 __all__ = [
-    "FAMILIES",
     "LLAMACPP_OPTIONS",
     "SPLIT_MODES",
-    "Family",
     "gguf_file",
     "option_problem",
-    "options_for",
     "split_args",
     "split_mode",
     "split_problem",
     "tensor_split",
 ]
 
-Family = Literal["generation"]
-FAMILIES: tuple[Family, ...] = ("generation",)
 # What split_mode accepts: llama-server's "none" is width 1 itself, and its "tensor" is
 # marked EXPERIMENTAL in this release.
 SPLIT_MODES: tuple[str, ...] = ("layer", "row")
-_ALL: frozenset[Family] = frozenset(FAMILIES)
+# One adapter family so far: generation (OpenAI chat and completions, SIE generate).
+_ALL = frozenset({"generation"})
 # llama.cpp's split files: <name>-00001-of-00003.gguf; llama-server takes the first and
 # reads the others beside it.
 _SPLIT_PART = re.compile(r"-(?P<part>\d{5})-of-(?P<parts>\d{5})\.gguf$", re.IGNORECASE)
@@ -158,11 +154,6 @@ _TABLE: tuple[EngineOption, ...] = (
        "--rpc on the leader); only in a group"),
 )  # fmt: skip
 LLAMACPP_OPTIONS: Mapping[str, EngineOption] = {option.name: option for option in _TABLE}
-
-
-def options_for(family: Family) -> tuple[str, ...]:
-    """The load-time option names an adapter family accepts, in table order."""
-    return tuple(o.name for o in _TABLE if family in o.families)
 
 
 def option_problem(name: str, value: Any, release: Release) -> str | None:
