@@ -3,7 +3,7 @@
 .DEFAULT_GOAL := help
 .PHONY: help run test docs bench soak setup setup-tools lock version image images clean-tools
 
-BUNDLES := default sglang sglang-cu130 vllm
+BUNDLES := default sglang sglang-cu130 vllm llamacpp
 IMAGE ?= ghcr.io/sie-workers/sie-worker
 VERSION := $(shell cat VERSION)
 

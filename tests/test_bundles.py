@@ -21,9 +21,15 @@ RELEASES = sorted((ROOT / "values-examples").glob("*.yaml"))
 MODEL_FILES = sorted((ROOT / "values-examples" / "models").glob("*.yaml"))
 
 
-def _lock_packages(bundle: str) -> set[str]:
+def _bundle_packages(bundle: str) -> set[str]:
+    """The Python packages of the bundle's lock, and llama-server where its image carries
+    llama.cpp's binaries (built in the image, not a package)."""
     text = (ROOT / "requirements" / f"bundle-{bundle}.txt").read_text()
-    return {name.lower() for name in re.findall(r"^([A-Za-z0-9_.\-]+)==", text, re.MULTILINE)}
+    found = {name.lower() for name in re.findall(r"^([A-Za-z0-9_.\-]+)==", text, re.MULTILINE)}
+    copies = [c for s in STAGES if s.name == bundle for c in s.all("COPY")]
+    if any("/opt/llama.cpp/bin" in c for c in copies):
+        found.add("llama-server")
+    return found
 
 
 def _engine_package(adapter_path: str) -> str:
@@ -33,6 +39,8 @@ def _engine_package(adapter_path: str) -> str:
         return "sglang"
     if module.startswith("sie_server.adapters.vllm."):
         return "vllm"
+    if module.startswith("sie_server.adapters.llamacpp."):
+        return "llama-server"
     if module == "sie_server.adapters.transformers":
         return "sentence-transformers"
     raise AssertionError(f"{adapter_path}: not an adapter of sie_server.adapters")
@@ -40,7 +48,7 @@ def _engine_package(adapter_path: str) -> str:
 
 def _bundles_serving(adapter_path: str) -> list[str]:
     package = _engine_package(adapter_path)
-    return [b for b in sorted(CHART_VALUES["workers"]["bundles"]) if package in _lock_packages(b)]
+    return [b for b in sorted(CHART_VALUES["workers"]["bundles"]) if package in _bundle_packages(b)]
 
 
 def _merge(base: Any, override: Any) -> Any:

@@ -13,13 +13,15 @@ import yaml
 from tests.dockerfile_stages import Stage, dockerignored, parse_dockerfile, read_dockerignore
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLES = ("default", "sglang", "sglang-cu130", "vllm")
+BUNDLES = ("default", "sglang", "sglang-cu130", "vllm", "llamacpp")
 UID = "10001"
 GLOBAL_ARGS, STAGES = parse_dockerfile(ROOT / "Dockerfile")
 BY_NAME = {stage.name: stage for stage in STAGES}
 # Runtime packages the GPU (SGLang, vLLM) stages may install: Triton compiles its kernel
 # launcher with a C compiler at run time (and tini is PID 1); nothing else of a toolchain.
 GPU_APT = {"ca-certificates", "gcc", "libc6-dev", "libnuma1", "tini"}
+# llama.cpp's binaries need no compiler at run time, only the OpenMP runtime of ggml's threads.
+LLAMACPP_APT = {"ca-certificates", "libgomp1", "tini"}
 BUILD_TOOLS = re.compile(
     r"\b(build-essential|make|g\+\+|clang|git|curl|wget|cmake|ninja|uv|pip install)\b"
 )
@@ -126,7 +128,7 @@ def test_runtime_stages_carry_no_build_tools(bundle: str) -> None:
                 w for chunk in installed for w in chunk.split()[2:] if not w.startswith("-")
             }
             # tini everywhere (the runtime's PID 1); a C compiler only where Triton needs it.
-            allowed = GPU_APT if bundle != "default" else {"tini"}
+            allowed = {"default": {"tini"}, "llamacpp": LLAMACPP_APT}.get(bundle, GPU_APT)
             assert packages <= allowed, f"{stage.name}: installs {packages - allowed}"
             assert not BUILD_TOOLS.search(run.replace("--no-install-recommends", "")), (
                 f"{stage.name}: {run}"
@@ -207,6 +209,34 @@ def test_cuda_base_matches_the_cuda_of_the_bundles_torch(bundle: str, major: int
     wheels = _cuda_of_lock(bundle)
     assert base[0] == wheels[0] == major, f"{bundle}: base CUDA {base}, torch wheels {wheels}"
     assert base >= wheels, f"{bundle}: base CUDA {base} is older than its wheels' {wheels}"
+
+
+def _cuda_of_base(base: str) -> tuple[int, int, int]:
+    found = re.search(r"cuda:(\d+)\.(\d+)\.(\d+)", base)
+    assert found, f"{base} is not an nvidia/cuda image"
+    return int(found.group(1)), int(found.group(2)), int(found.group(3))
+
+
+def test_the_llamacpp_binaries_are_built_with_the_cuda_of_their_runtime_base() -> None:
+    # Built against a newer toolkit than the runtime's, they would need a newer libcudart.
+    build, runtime = BY_NAME["build-llamacpp-bin"], BY_NAME["llamacpp"]
+    assert "-devel-" in build.base
+    assert _cuda_of_base(build.base) == _cuda_of_base(runtime.base)
+    copies = " ".join(runtime.all("COPY"))
+    assert "--from=build-llamacpp-bin /opt/llama.cpp/bin/ /usr/local/bin/" in copies
+
+
+def test_the_llamacpp_build_takes_the_pinned_sdist_with_cuda_and_portable_code() -> None:
+    build = BY_NAME["build-llamacpp-bin"]
+    run = " ".join(build.all("RUN"))
+    assert "tools/llamacpp.txt" in " ".join(build.all("COPY"))
+    assert "sha256sum --check" in run
+    for flag in ("-DGGML_CUDA=ON", "-DGGML_NATIVE=OFF", "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF"):
+        assert flag in run
+    assert "--target llama-server ggml-rpc-server" in run
+    # the commit llama-server --version reports is the one the pin vendors
+    (commit,) = [a.partition("=")[2] for a in build.all("ARG") if a.startswith("LLAMACPP_COMMIT=")]
+    assert f"@{commit}" in (ROOT / "tools" / "llamacpp.txt").read_text()
 
 
 @pytest.mark.parametrize("lock", ["worker", *(f"bundle-{b}" for b in BUNDLES)])
