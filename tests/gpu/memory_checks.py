@@ -39,7 +39,7 @@ EngineOf = Callable[[str], tuple[int, int]]
 # Run in a fresh process, so that this check's own CUDA context is counted nowhere else.
 _CAP_PROBE = """
 import sys, torch
-from sie_worker.engines._device import Placement, cap_cuda_memory
+from sie_worker.engines.transformers._device import Placement, cap_cuda_memory
 fraction = float(sys.argv[1])
 cap_cuda_memory(Placement(device="cuda:0", dtype="float32"), fraction)
 cap = int(fraction * torch.cuda.get_device_properties(0).total_memory)

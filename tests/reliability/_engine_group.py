@@ -1,7 +1,9 @@
 """What the real-engine tests read of a worker's engine: its process group, its rank
 processes, the shared memory they map, and requests through the worker. Shared by the modules
-that run vLLM's CPU build and SGLang on cpu devices through workers (test_vllm_engine,
-test_vllm_pipeline, test_vllm_group, test_sglang_engine)."""
+that run vLLM's CPU build, SGLang and llama.cpp on cpu devices through workers
+(test_vllm_engine, test_vllm_pipeline, test_vllm_group, test_sglang_engine,
+test_llamacpp_engine, test_llamacpp_group), and the two ranks of a group of nodes on one
+machine (:class:`Pair`)."""
 
 from __future__ import annotations
 
@@ -14,16 +16,18 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.reliability._support import Worker, engine_of
-from tests.support.worker_fixtures import WorkerProcess
+from tests.reliability._support import Launcher, Worker, engine_of
+from tests.support.worker_fixtures import WorkerProcess, wait_until
 
 __all__ = [
     "SHM",
+    "Pair",
     "complete",
     "engine_group",
     "gone",
     "load",
     "rank_processes",
+    "readyz",
     "shared_memory",
     "shm_left",
     "stream",
@@ -118,3 +122,51 @@ def shm_left(*patterns: str) -> Iterator[None]:
 def vllm_shm_left() -> contextlib.AbstractContextManager[None]:
     """:func:`shm_left` of vLLM's files."""
     return shm_left("vllm*")
+
+
+class Pair:
+    """The two ranks of a group of nodes on one machine: two workers (``SIE_NODES=2``, the
+    leader at 127.0.0.1, ``SIE_NODE_ADDRESSES`` naming both), each on one core with one cpu
+    device, serving the pinned ``config``; ``env`` the engine's settings. The follower starts
+    first (its engine waits for the leader's, or the leader's for its server)."""
+
+    def __init__(
+        self,
+        launcher: Launcher,
+        config: dict[str, Any],
+        env: dict[str, str],
+        ports: tuple[int, int],
+        *,
+        ready_s: float,
+    ) -> None:
+        addresses = ",".join(f"127.0.0.1:{port}" for port in ports)
+        workers: dict[int, Worker] = {}
+        for rank in (1, 0):
+            group = {
+                "SIE_NODES": "2",
+                "SIE_NODE_RANK": str(rank),
+                "SIE_LEADER_ADDRESS": "127.0.0.1",
+                "SIE_NODE_ADDRESSES": addresses,
+                "SIE_PINNED_MODELS": config["sie_id"],
+                "SIE_ENGINE_STOP_GRACE_S": "10",
+            }
+            workers[rank] = launcher.start(
+                [config],
+                devices=f"cpu:{rank}",
+                env={**group, **env},
+                port=ports[rank],
+                prefix=("taskset", "-c", str(rank)),  # a node of one core
+            )
+        self.leader, self.follower = workers[0], workers[1]
+        for worker in (self.follower, self.leader):
+            wait_until(lambda w=worker: readyz(w)[0] == 200, timeout=ready_s)
+
+
+def readyz(worker: Worker) -> tuple[int, dict[str, Any]]:
+    """The worker's ``/readyz`` status and body (0 and {} when it does not answer)."""
+    with worker.client(timeout=10) as client:
+        try:
+            answer = client.get("/readyz")
+        except httpx.HTTPError:
+            return 0, {}
+    return answer.status_code, answer.json()

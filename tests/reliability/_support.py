@@ -128,6 +128,10 @@ class EngineBook:
         return found
 
 
+# How each engine is told the id it serves (llama.cpp: its alias).
+_SERVED_NAME_FLAGS = ("--served-model-name", "--alias")
+
+
 @dataclass
 class Worker(WorkerProcess):
     """A worker process plus the engine groups seen under it."""
@@ -146,8 +150,9 @@ class Worker(WorkerProcess):
                 if child.status() == psutil.STATUS_ZOMBIE:
                     continue
                 argv = child.cmdline()
-                if "--served-model-name" in argv:
-                    found[argv[argv.index("--served-model-name") + 1]] = child.pid
+                for flag in _SERVED_NAME_FLAGS:
+                    if flag in argv:
+                        found[argv[argv.index(flag) + 1]] = child.pid
         self.book.note(found.values())
         return found
 
@@ -307,7 +312,8 @@ def error_of(event: str) -> dict[str, Any] | None:
 
 
 def engine_of(worker: Worker, model: str, timeout: float = 10.0) -> psutil.Process:
-    """The main process of ``model``'s engine (found by its ``--served-model-name``)."""
+    """The main process of ``model``'s engine (found by the served id on its command line:
+    ``--served-model-name``, llama.cpp's ``--alias``)."""
     found: dict[str, int] = {}
 
     def present() -> bool:

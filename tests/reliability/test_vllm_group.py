@@ -25,9 +25,11 @@ import httpx
 import pytest
 
 from tests.reliability._engine_group import (
+    Pair,
     engine_group,
     gone,
     rank_processes,
+    readyz,
     shared_memory,
     vllm_shm_left,
 )
@@ -45,48 +47,18 @@ _READY_S = 300.0  # two vLLM processes starting side by side on two cores
 _ENDED_S = 90.0  # the issue's bound: both workers gone after a follower's engine is killed
 
 
-class Pair:
-    """The two ranks of one group, started on the given ports (each names the other)."""
-
-    def __init__(self, launcher: Launcher, model_dir: Path, ports: tuple[int, int]) -> None:
-        config = vllm_model(
-            MODEL, model_dir, pipeline_parallel_size=2, enforce_eager=False, nccl_port=free_port()
-        )
-        addresses = ",".join(f"127.0.0.1:{port}" for port in ports)
-        workers: dict[int, Worker] = {}
-        for rank in (1, 0):  # the follower first: its engine waits for the leader's
-            env = {
-                "SIE_BUNDLE": "vllm",
-                "SIE_VLLM_COMMAND": vllm_command(),
-                "SIE_NODES": "2",
-                "SIE_NODE_RANK": str(rank),
-                "SIE_LEADER_ADDRESS": "127.0.0.1",
-                "SIE_NODE_ADDRESSES": addresses,
-                "SIE_PINNED_MODELS": MODEL,
-                "SIE_ENGINE_STOP_GRACE_S": "10",
-                # The ranks find each other on loopback (a pod would use its own address).
-                "VLLM_HOST_IP": "127.0.0.1",
-                "GLOO_SOCKET_IFNAME": "lo",
-            }
-            workers[rank] = launcher.start(
-                [config],
-                devices=f"cpu:{rank}",
-                env=env,
-                port=ports[rank],
-                prefix=("taskset", "-c", str(rank)),  # a node of one core
-            )
-        self.leader, self.follower = workers[0], workers[1]
-        for worker in (self.follower, self.leader):
-            wait_until(lambda w=worker: readyz(w)[0] == 200, timeout=_READY_S)
-
-
-def readyz(worker: Worker) -> tuple[int, dict[str, Any]]:
-    with worker.client(timeout=10) as client:
-        try:
-            answer = client.get("/readyz")
-        except httpx.HTTPError:
-            return 0, {}
-    return answer.status_code, answer.json()
+def _pair(launcher: Launcher, model_dir: Path) -> Pair:
+    config = vllm_model(
+        MODEL, model_dir, pipeline_parallel_size=2, enforce_eager=False, nccl_port=free_port()
+    )
+    env = {
+        "SIE_BUNDLE": "vllm",
+        "SIE_VLLM_COMMAND": vllm_command(),
+        # The ranks find each other on loopback (a pod would use its own address).
+        "VLLM_HOST_IP": "127.0.0.1",
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+    return Pair(launcher, config, env, (free_port(), free_port()), ready_s=_READY_S)
 
 
 def _post(worker: Worker, path: str, body: dict[str, Any], timeout: float = 300) -> httpx.Response:
@@ -101,7 +73,7 @@ def _complete(worker: Worker, timeout: float = 300) -> httpx.Response:
 
 @pytest.fixture(scope="module")
 def pair(module_launcher: Launcher, tiny_vllm_llama_dir: Path) -> Pair:
-    return Pair(module_launcher, tiny_vllm_llama_dir, (free_port(), free_port()))
+    return _pair(module_launcher, tiny_vllm_llama_dir)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -252,7 +224,7 @@ def test_the_followers_engine_killed_ends_both_workers_and_requests_in_flight_ge
 def test_a_restarted_pair_serves_again(
     module_launcher: Launcher, tiny_vllm_llama_dir: Path
 ) -> None:
-    again = Pair(module_launcher, tiny_vllm_llama_dir, (free_port(), free_port()))
+    again = _pair(module_launcher, tiny_vllm_llama_dir)
     answer = _complete(again.leader)
     assert answer.status_code == 200, answer.text
     # A clean stop of the pair leaves nothing either (the follower first: the leader's watch

@@ -1,6 +1,7 @@
 """The parts of ``sie_worker`` import one another only as docs/architecture.md says: what a
-config means is decided without a server, ``http`` is shared by every app, and the default
-engine runs as its own process."""
+config means is decided without a server, ``http`` is shared by every app, the engine
+families are read by the worker and the commands but never serve, and the default engine
+(``engines.transformers``) runs as its own process."""
 
 from __future__ import annotations
 
@@ -22,14 +23,22 @@ FORBIDDEN = {
     "router": {"worker", "gateway"},
     "gateway": {"worker", "router"},
     "backends": {"router", "gateway", "worker", "sizing", "commands", "config"},
+    # What an engine is (its flags, argv, memory, checks) knows no server of its own.
+    "engines": {"router", "gateway", "commands", "backends", "engines.transformers"},
 }
 # part -> the only parts (or single modules) it may import besides itself. The engine may
 # read SIE's text rule (pure, no imports) so the worker and the engine form texts alike.
-ONLY = {"http": {"errors"}, "engines": {"sie_api.texts"}}
+ONLY = {"http": {"errors"}, "engines.transformers": {"sie_api.texts"}}
+# The default engine's process is a part of its own, inside engines/.
+_ENGINE_PROCESS = "engines.transformers"
 
 
 def _part(module: str) -> str:
-    """``sie_worker.config.rules`` -> ``config``; top-level modules are their own part."""
+    """``sie_worker.config.rules`` -> ``config``; top-level modules are their own part, and
+    the default engine's process (``sie_worker.engines.transformers...``) is one too."""
+    rest = _rest(module)
+    if rest == _ENGINE_PROCESS or rest.startswith(_ENGINE_PROCESS + "."):
+        return _ENGINE_PROCESS
     return module.split(".")[1]
 
 
@@ -63,7 +72,10 @@ FILES = sorted(PACKAGE.rglob("*.py"))
 
 
 def _part_of(path: Path) -> str:
-    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+    parts = path.relative_to(PACKAGE).parts
+    if parts[:2] == ("engines", "transformers"):
+        return _ENGINE_PROCESS
+    return parts[0].removesuffix(".py")
 
 
 def _name(path: Path) -> str:
@@ -105,8 +117,9 @@ PURE = {
     "worker/placement/allocator.py": {"sie_worker.config.widths"},
     "config/widths.py": {"sie_worker.config.files.json_types"},
     "config/files/json_types.py": set(),
-    "sizing/memory_needs.py": set(),
-    "sizing/packing.py": {"sie_worker.sizing.memory_needs"},
+    # The engine families' own memory rules (pure), by kind.
+    "sizing/memory_needs.py": {"sie_worker.engines.registry"},
+    "sizing/packing.py": {"sie_worker.engines.registry"},
     "sizing/layout.py": {"sie_worker.config.widths", "sie_worker.sizing.arithmetic"},
     "worker/lifecycle.py": {"sie_worker.model_states", "sie_worker.worker.records"},
     "backends/prefix.py": set(),

@@ -13,7 +13,7 @@ import sie_worker
 MODULES = sorted(
     info.name
     for info in pkgutil.walk_packages(sie_worker.__path__, prefix="sie_worker.")
-    if not info.ispkg and info.name != "sie_worker.__main__"
+    if not info.ispkg and not info.name.endswith(".__main__")
 )
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from tests.support.default_engine import Engine, start_engine, stop_engine
 
-from sie_worker.engines._errors import EngineError
-from sie_worker.engines._options import parse_options
-from sie_worker.engines._requests import requested_adapter
+from sie_worker.engines.transformers._errors import EngineError
+from sie_worker.engines.transformers._options import parse_options
+from sie_worker.engines.transformers._requests import requested_adapter
 
 # Real engines on the tiny Llama with LoRA adapters: among the suite's longest.
 pytestmark = pytest.mark.slow

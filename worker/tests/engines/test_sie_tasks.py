@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from tests.support.default_engine import ENGINE, Engine, start_engine, stop_engine
 
-from sie_worker.engines._errors import EngineError
-from sie_worker.engines._options import parse_options
-from sie_worker.engines._requests import parse_embedding, parse_rerank
+from sie_worker.engines.transformers._errors import EngineError
+from sie_worker.engines.transformers._options import parse_options
+from sie_worker.engines.transformers._requests import parse_embedding, parse_rerank
 
 # --- pure pieces ---------------------------------------------------------------------------
 

@@ -24,18 +24,18 @@ import pytest
 from tests.support import loopback
 from tests.support.default_engine import ENGINE, Engine, start_engine, stop_engine
 
-from sie_worker.engines._device import StartupError, choose_placement
-from sie_worker.engines._errors import EngineError
-from sie_worker.engines._options import parse_options
-from sie_worker.engines._pooling import PoolingPlan, pooling_plan
-from sie_worker.engines._requests import (
+from sie_worker.engines.transformers._device import StartupError, choose_placement
+from sie_worker.engines.transformers._errors import EngineError
+from sie_worker.engines.transformers._options import parse_options
+from sie_worker.engines.transformers._pooling import PoolingPlan, pooling_plan
+from sie_worker.engines.transformers._requests import (
     ChatMessage,
     parse_chat,
     parse_completion,
     parse_embedding,
     render_chat_fallback,
 )
-from sie_worker.engines._stops import StopScanner
+from sie_worker.engines.transformers._stops import StopScanner
 
 # --- pure pieces ---------------------------------------------------------------------------
 
@@ -240,7 +240,7 @@ def test_engine_command_line_refuses_unknown_flags_and_prefixes(extra: list[str]
 def test_worker_app_cli_and_engine_module_import_without_torch() -> None:
     code = (
         "import sys, sie_worker.cli, sie_worker.worker.app, sie_worker.engines.transformers\n"
-        "import sie_worker.engines._app\n"
+        "import sie_worker.engines.transformers._app\n"
         "heavy = sorted(m for m in ('torch', 'transformers', 'sentence_transformers', 'sglang')"
         " if m in sys.modules)\n"
         "print(','.join(heavy))"

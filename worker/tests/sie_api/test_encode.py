@@ -11,6 +11,7 @@ import msgpack
 import pytest
 from tests.support.served_models import served
 
+from sie_worker.engines.registry import family_of
 from sie_worker.errors import EngineUnavailable, InvalidRequest, UnknownModel
 from sie_worker.sie_api.encode import encode_call, parse_encode
 
@@ -27,7 +28,9 @@ def _engine_answer(*vectors: tuple[float, float], tokens: int = 7) -> dict[str, 
 
 def test_a_batch_gets_one_vector_per_item_in_order_with_its_id() -> None:
     request = parse_encode({"items": [{"id": "a", "text": "x"}, {"text": "y"}]})
-    call = encode_call(request, served(ENCODE), engine="transformers", as_json=False, headers={})
+    call = encode_call(
+        request, served(ENCODE), family=family_of("transformers"), as_json=False, headers={}
+    )
     assert call.path == "/v1/embeddings"
     assert call.payload["input"] == ["x", "y"]
     assert call.payload["encoding_format"] == "base64"
@@ -49,7 +52,7 @@ def test_a_json_answer_holds_the_vectors_as_numbers() -> None:
     call = encode_call(
         parse_encode({"items": [{"text": "x"}]}),
         served(ENCODE),
-        engine="sglang",
+        family=family_of("sglang"),
         as_json=True,
         headers={},
     )
@@ -76,7 +79,9 @@ def test_the_default_engine_gets_is_query_instruction_and_the_profiles_text_opti
             },
         }
     )
-    payload = encode_call(request, model, engine="transformers", as_json=False, headers={}).payload
+    payload = encode_call(
+        request, model, family=family_of("transformers"), as_json=False, headers={}
+    ).payload
     assert payload["is_query"] == [True, True]
     assert payload["instruction"] == ["Find", "Find"]
     assert payload["query_template"] == "query: {text}"
@@ -90,12 +95,12 @@ def test_an_sglang_engine_gets_the_finished_texts() -> None:
     )
     query = parse_encode({"items": [{"text": "x"}], "params": {"options": {"is_query": True}}})
     document = parse_encode({"items": [{"text": "x"}], "params": {"instruction": "Represent"}})
-    assert encode_call(query, model, engine="sglang", as_json=False, headers={}).payload[
+    assert encode_call(query, model, family=family_of("sglang"), as_json=False, headers={}).payload[
         "input"
     ] == ["q: x"]
-    assert encode_call(document, model, engine="sglang", as_json=False, headers={}).payload[
-        "input"
-    ] == ["Represent x"]
+    assert encode_call(
+        document, model, family=family_of("sglang"), as_json=False, headers={}
+    ).payload["input"] == ["Represent x"]
 
 
 @pytest.mark.parametrize(
@@ -148,7 +153,9 @@ def test_wrong_text_options_are_refused_naming_where_they_were_written(
 ) -> None:
     request = parse_encode({"items": [{"text": "x"}], "params": {"options": options}})
     with pytest.raises(InvalidRequest) as caught:
-        encode_call(request, served(ENCODE), engine="transformers", as_json=False, headers={})
+        encode_call(
+            request, served(ENCODE), family=family_of("transformers"), as_json=False, headers={}
+        )
     assert caught.value.param == field
 
 
@@ -158,7 +165,7 @@ def test_a_profile_template_that_is_wrong_is_refused_naming_the_config_path() ->
     )
     request = parse_encode({"items": [{"text": "x"}]})
     with pytest.raises(InvalidRequest) as caught:
-        encode_call(request, model, engine="transformers", as_json=False, headers={})
+        encode_call(request, model, family=family_of("transformers"), as_json=False, headers={})
     assert caught.value.param == "profiles.bad.adapter_options.runtime.doc_template"
 
 
@@ -167,11 +174,15 @@ def test_outputs_other_than_dense_and_models_that_do_not_encode_are_refused() ->
         {"items": [{"text": "x"}], "params": {"output_types": ["dense", "sparse"]}}
     )
     with pytest.raises(InvalidRequest, match="'sparse' is not an output of org/m") as caught:
-        encode_call(sparse, served(ENCODE), engine="transformers", as_json=False, headers={})
+        encode_call(
+            sparse, served(ENCODE), family=family_of("transformers"), as_json=False, headers={}
+        )
     assert caught.value.param == "params.output_types"
     plain = parse_encode({"items": [{"text": "x"}]})
     with pytest.raises(InvalidRequest, match="does not serve /v1/encode"):
-        encode_call(plain, served({"generate": {}}), engine="sglang", as_json=False, headers={})
+        encode_call(
+            plain, served({"generate": {}}), family=family_of("sglang"), as_json=False, headers={}
+        )
 
 
 @pytest.mark.parametrize(
@@ -189,7 +200,7 @@ def test_an_engine_answer_without_one_vector_per_item_is_the_engines_failure(
     call = encode_call(
         parse_encode({"items": [{"text": "x"}]}),
         served(ENCODE),
-        engine="sglang",
+        family=family_of("sglang"),
         as_json=False,
         headers={},
     )
@@ -204,7 +215,9 @@ def test_options_lora_id_or_lora_names_the_adapter_the_engine_gets_as_lora_path(
 
     def call(options: dict[str, Any]) -> Any:
         request = parse_encode({"items": [{"text": "x"}], "params": {"options": options}})
-        return encode_call(request, model, engine="sglang", as_json=False, headers={}).payload
+        return encode_call(
+            request, model, family=family_of("sglang"), as_json=False, headers={}
+        ).payload
 
     assert call({"lora": "legal"})["lora_path"] == "legal"
     assert call({"lora": "legal", "lora_id": "med"})["lora_path"] == "med"  # lora_id wins

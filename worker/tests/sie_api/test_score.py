@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.served_models import served
 
+from sie_worker.engines.registry import family_of
 from sie_worker.errors import EngineUnavailable, InvalidRequest
 from sie_worker.sie_api.items import Item
 from sie_worker.sie_api.score import parse_score, ranked, score_call
@@ -31,7 +32,7 @@ def _answer(call: Any, engine_answer: Any) -> dict[str, Any]:
 def test_a_cross_encoder_is_asked_through_rerank_and_its_scores_ranked() -> None:
     request = parse_score({**BODY, "instruction": "Judge"})
     call = score_call(
-        request, served({"score": {}}), engine="transformers", as_json=False, headers={}
+        request, served({"score": {}}), family=family_of("transformers"), as_json=False, headers={}
     )
     assert call.path == "/v1/rerank"
     assert call.payload == {
@@ -56,7 +57,11 @@ def test_a_cross_encoder_is_asked_through_rerank_and_its_scores_ranked() -> None
 
 def test_cohere_style_rerank_results_are_read_too() -> None:
     call = score_call(
-        parse_score(BODY), served({"score": {}}), engine="sglang", as_json=False, headers={}
+        parse_score(BODY),
+        served({"score": {}}),
+        family=family_of("sglang"),
+        as_json=False,
+        headers={},
     )
     results = {
         "results": [{"index": i, "relevance_score": s} for i, s in enumerate([0.1, 0.3, 0.2])]
@@ -66,8 +71,8 @@ def test_cohere_style_rerank_results_are_read_too() -> None:
 
 def test_a_bi_encoder_scores_the_cosine_of_the_query_as_a_query_and_items_as_documents() -> None:
     call = score_call(
-        parse_score({**BODY, "instruction": "Find"}), served({"encode": {}}), engine="transformers",
-        as_json=False, headers={},
+        parse_score({**BODY, "instruction": "Find"}), served({"encode": {}}),
+        family=family_of("transformers"), as_json=False, headers={},
     )  # fmt: skip
     assert call.path == "/v1/embeddings"
     assert call.payload["input"] == ["fox", "one", "two", "three"]
@@ -86,7 +91,11 @@ def test_a_bi_encoder_scores_the_cosine_of_the_query_as_a_query_and_items_as_doc
 def test_a_model_that_neither_scores_nor_encodes_is_refused() -> None:
     with pytest.raises(InvalidRequest, match="does not serve /v1/score"):
         score_call(
-            parse_score(BODY), served({"generate": {}}), engine="sglang", as_json=False, headers={}
+            parse_score(BODY),
+            served({"generate": {}}),
+            family=family_of("sglang"),
+            as_json=False,
+            headers={},
         )
 
 
@@ -104,7 +113,11 @@ def test_an_engine_that_does_not_score_every_item_with_a_number_fails_the_reques
     engine_answer: Any,
 ) -> None:
     call = score_call(
-        parse_score(BODY), served({"score": {}}), engine="sglang", as_json=False, headers={}
+        parse_score(BODY),
+        served({"score": {}}),
+        family=family_of("sglang"),
+        as_json=False,
+        headers={},
     )
     with pytest.raises(EngineUnavailable):
         _answer(call, engine_answer)

@@ -66,7 +66,7 @@ def test_an_sie_adapter_this_image_does_not_run_answers_invalid_config(
     error = refused.json()["error"]
     assert error["code"] == "invalid_config"
     assert CANDLE in error["message"]
-    assert "default, sglang, sglang-cu130" in error["message"]
+    assert "default, llamacpp, sglang, sglang-cu130, vllm" in error["message"]
     assert "candle bundle" in error["message"]
     # Without a default profile the bare sie_id is not served (as in SIE).
     assert bare.status_code == 404

@@ -29,6 +29,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -147,8 +148,9 @@ class EngineFamily:
     def device_env(
         self, *, on_cpu: bool, cores: tuple[tuple[int, ...], ...] | None, share: EngineShare | None
     ) -> dict[str, str]:
-        """The variables of its device binding, written after the profile's ``extra_env``
-        (``CUDA_VISIBLE_DEVICES`` is every engine's and written by the plan builder)."""
+        """The variables of its device binding (and any it always needs), written after the
+        profile's ``extra_env`` (``CUDA_VISIBLE_DEVICES`` is every engine's and written by
+        the plan builder)."""
         return {}
 
     def awaited_peers(self, group: GroupRank, settings: Settings) -> tuple[tuple[str, int], ...]:
@@ -173,6 +175,12 @@ class EngineFamily:
     ) -> int | None:
         """Bytes the model reserves on each of its devices of ``total`` bytes; None: unknown."""
         raise NotImplementedError
+
+    def weight_bytes(self, folder: Path, declared: Mapping[str, Any]) -> int | None:
+        """Bytes of the weights it loads from ``folder`` (None: unknown)."""
+        from sie_worker.worker.weights.on_disk import weight_bytes
+
+        return weight_bytes(folder)
 
     def needs_weights(self, *, on_cpu: bool) -> bool:
         """Whether :meth:`memory_need` reads the local weights' sizes."""
@@ -220,9 +228,12 @@ class EngineFamily:
         release: Release | None,
         *,
         on_cpu: bool,
+        claim_width: int,
         extras: Mapping[str, Any],
     ) -> EngineChecks | None:
-        """A load's options checked against ``release``; None: nothing engine-specific."""
+        """A load's options checked against ``release`` (``claim_width``: the devices this
+        worker claims, less than the width on a rank of a group of nodes; ``extras``: the
+        accepted options beyond the common ones); None: nothing engine-specific."""
         return None
 
     def release_mismatch(self, bundle: str) -> str | None:

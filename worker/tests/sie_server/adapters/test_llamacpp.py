@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from sie_server.adapters.llamacpp.generation import LlamaCppGenerationAdapter
-from sie_server.adapters.llamacpp.options import (
+from sie_worker.config.flags.option_rules import Release
+from sie_worker.engines.llamacpp.options import (
     LLAMACPP_OPTIONS,
     option_problem,
     split_args,
     split_problem,
 )
-from sie_worker.config.flags.option_rules import Release
 
 NO_TABLE = Release("0c1e57098", "llamacpp", None, label="llama.cpp")
 

@@ -130,7 +130,8 @@ class _Resolver:
         spans = width_words(width, stages)
         generation = task == "generate"
         extras = {k: v for k, v in loadtime.items() if k not in _COMMON}
-        release, checks = self._engine_checks(adapter, extras)
+        claim = width if local_width is None else local_width
+        release, checks = self._engine_checks(adapter, extras, claim)
         if "request_read_timeout_s" in loadtime:
             read_timeout = self._seconds("request_read_timeout_s")
         elif task == "encode":
@@ -270,14 +271,20 @@ class _Resolver:
         return value
 
     def _engine_checks(
-        self, adapter: type[Adapter], extras: Mapping[str, Any]
+        self, adapter: type[Adapter], extras: Mapping[str, Any], claim_width: int
     ) -> tuple[Release | None, EngineChecks | None]:
         """The engine release the load runs and its family's checks of the options."""
         family = family_of(adapter.engine)
         release = family.release(self.settings.bundle, self.env)
         on_cpu = not self.settings.devices[0].startswith("cuda")
         checks = family.checks(
-            adapter, self.served, self.loadtime, release, on_cpu=on_cpu, extras=extras
+            adapter,
+            self.served,
+            self.loadtime,
+            release,
+            on_cpu=on_cpu,
+            claim_width=claim_width,
+            extras=extras,
         )
         if checks is None:
             return release, None

@@ -92,6 +92,7 @@ class DefaultFamily(EngineFamily):
         release: Release | None,
         *,
         on_cpu: bool,
+        claim_width: int,
         extras: Mapping[str, Any],
     ) -> EngineChecks | None:
         from sie_worker.engines.default.checks import DefaultChecks

@@ -5,13 +5,15 @@
 - ``-m <file>``: ``gguf_file`` in the model's folder (``weights_path``/``model_path``, or
   the fetched snapshot); ``--alias`` the served id; ``--host 127.0.0.1 --port N``;
   ``--metrics`` (the worker passes ``/metrics`` through);
-- on cuda devices (the block visible): every layer offloaded (``-ngl 999``), and above width
-  1 ``-sm layer`` (or ``split_mode: row``) with one ``-ts`` proportion per device (equal, or
-  ``tensor_split``); on cpu devices ``-t`` the block's cores (llama.cpp counts the machine's
-  cores otherwise, not the process's affinity) and no offload;
+- the split (:func:`~sie_worker.engines.llamacpp.options.split_args`): on cuda devices (the
+  block visible) every layer offloaded, ``-sm none`` at width 1, above it ``-sm layer`` (or
+  ``split_mode: row``) with one ``-ts`` proportion per device (equal, or ``tensor_split``);
+  on cpu devices no offload and ``-t`` the block's cores (llama.cpp counts the machine's
+  cores otherwise, not the process's affinity);
 - a group's leader: ``--rpc`` every follower's ``host:port`` and every layer offloaded, so
   llama.cpp spreads the layers over its own device and the followers' RPC devices;
-- ``-c`` the context length, ``-np`` ``parallel``, then ``extra_launch_args``.
+- ``-c`` the context length, ``--flash-attn``, ``--cache-prompt``/``--no-cache-prompt`` as
+  declared, then ``extra_launch_args``.
 
 A follower of a group (rank >= 1) runs ``ggml-rpc-server -H <its own address> -p <the group's
 port>``, found beside ``llama-server`` (same folder, or the same wrapper); ``-t`` its cores
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sie_worker.engines.llamacpp.options import split_args
 from sie_worker.worker.group_peers import rank_hosts
 from sie_worker.worker.launcher.argv_inputs import ENGINE_HOST, ArgvInputs
 
@@ -30,7 +33,6 @@ __all__ = ["RPC_PROGRAM", "SERVER_PROGRAM", "gguf_path", "llamacpp_argv", "rpc_a
 
 SERVER_PROGRAM = "llama-server"
 RPC_PROGRAM = "ggml-rpc-server"
-ALL_LAYERS = "999"  # more than any model has: -ngl counts layers, and caps at the model's
 
 
 def gguf_path(folder: str, gguf_file: object) -> str:
@@ -50,26 +52,30 @@ def llamacpp_argv(inputs: ArgvInputs, command: list[str]) -> tuple[str, ...]:
     folder = options.model_path or served.config.hf_id
     argv = [*command, "-m", gguf_path(folder, loadtime.get("gguf_file"))]
     argv += ["--alias", served.id, "--host", ENGINE_HOST, "--port", str(inputs.port), "--metrics"]
-    if inputs.on_cpu:
-        if inputs.cores:
-            argv += ["-t", str(sum(len(c) for c in inputs.cores))]
-    else:
-        argv += ["-ngl", ALL_LAYERS]
-        width = options.local_width
-        if width > 1:
-            argv += ["-sm", str(loadtime.get("split_mode") or "layer")]
-            argv += ["-ts", ",".join(_proportions(loadtime.get("tensor_split"), width))]
+    split = loadtime.get("tensor_split")
+    placement = list(
+        split_args(
+            options.claim_width,
+            split if isinstance(split, list) else None,
+            str(loadtime["split_mode"]) if loadtime.get("split_mode") else None,
+            device_kind="cpu" if inputs.on_cpu else "cuda",
+        )
+    )
     if inputs.group is not None:
         hosts = rank_hosts(inputs.settings) or ()
         followers = [f"{_host(h)}:{inputs.group.port}" for h in hosts[1:]]
-        argv += ["--rpc", ",".join(followers)]
-        if inputs.on_cpu:
-            argv += ["-ngl", ALL_LAYERS]
+        # Every layer offloaded: llama.cpp spreads them over its device and the followers'.
+        placement[placement.index("-ngl") + 1] = "all"
+        placement += ["--rpc", ",".join(followers)]
+    argv += placement
+    if inputs.on_cpu and inputs.cores:
+        argv += ["-t", str(sum(len(c) for c in inputs.cores))]
     if options.context_length is not None:
         argv += ["-c", str(options.context_length)]
-    parallel = loadtime.get("parallel")
-    if isinstance(parallel, int) and not isinstance(parallel, bool):
-        argv += ["-np", str(parallel)]
+    if isinstance(loadtime.get("flash_attention"), str):
+        argv += ["--flash-attn", loadtime["flash_attention"]]
+    if isinstance(loadtime.get("enable_prefix_caching"), bool):
+        argv.append("--cache-prompt" if loadtime["enable_prefix_caching"] else "--no-cache-prompt")
     argv += profile.extra_launch_args
     return tuple(argv)
 
@@ -89,12 +95,6 @@ def rpc_argv(inputs: ArgvInputs, command: list[str]) -> tuple[str, ...]:
     if inputs.on_cpu and inputs.cores:
         argv += ["-t", str(sum(len(c) for c in inputs.cores))]
     return tuple(argv)
-
-
-def _proportions(declared: object, width: int) -> list[str]:
-    if isinstance(declared, list) and len(declared) == width:
-        return [f"{float(p):g}" for p in declared]
-    return ["1"] * width
 
 
 def _beside(command: list[str], program: str, other: str) -> list[str]:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sie_worker.engines.family import EngineFamily, LoadSeries
-from sie_worker.engines.llamacpp.release import BUNDLE_VERSIONS
+from sie_worker.engines.llamacpp.release import BUNDLE_VERSIONS, PINNED_VERSION
 from sie_worker.engines.llamacpp.reserved import ENV_PREFIXES, RESERVED
 
 if TYPE_CHECKING:
@@ -55,6 +56,20 @@ class LlamaCppFamily(EngineFamily):
 
     def rank_args(self, group: GroupRank) -> list[str]:
         return []  # its ranks are RPC servers the leader names (argv), not flags of one engine
+
+    def device_env(
+        self, *, on_cpu: bool, cores: tuple[tuple[int, ...], ...] | None, share: EngineShare | None
+    ) -> dict[str, str]:
+        # An abort (any RPC failure) exits at once instead of running gdb for a backtrace.
+        return {"GGML_NO_BACKTRACE": "1"}
+
+    def weight_bytes(self, folder: Path, declared: Mapping[str, Any]) -> int | None:
+        from sie_worker.engines.llamacpp.argv import gguf_path
+
+        try:
+            return Path(gguf_path(str(folder), declared.get("gguf_file"))).stat().st_size
+        except OSError:
+            return None
 
     def awaited_peers(self, group: GroupRank, settings: Settings) -> tuple[tuple[str, int], ...]:
         from sie_worker.worker.group_peers import rank_hosts
@@ -101,6 +116,7 @@ class LlamaCppFamily(EngineFamily):
         release: Release | None,
         *,
         on_cpu: bool,
+        claim_width: int,
         extras: Mapping[str, Any],
     ) -> EngineChecks | None:
         from sie_worker.config.load.model_shape import ModelPathError, local_model_dir
@@ -110,7 +126,16 @@ class LlamaCppFamily(EngineFamily):
             folder = local_model_dir(served.config)
         except ModelPathError:
             folder = None  # the load reports it
-        return LlamaCppChecks(served, loadtime, str(folder) if folder is not None else None)
+        assert release is not None
+        where = str(folder) if folder is not None else None
+        return LlamaCppChecks(
+            served, loadtime, release, folder=where, on_cpu=on_cpu, width=claim_width
+        )
+
+    def release(self, bundle: str, env: Mapping[str, str] | None) -> Release:
+        from sie_worker.config.flags.option_rules import Release
+
+        return Release(BUNDLE_VERSIONS.get(bundle, PINNED_VERSION), bundle, None, self.label)
 
     def launch_arg_problems(self, args: Sequence[str]) -> list[tuple[int, str]]:
         from sie_worker.engines.llamacpp.checks import extra_arg_problems
@@ -143,5 +168,5 @@ LLAMACPP = LlamaCppFamily(
     cpu_widths=(1,),
     adapters=(GENERATION,),
     own_adapters=(GENERATION,),
-    reserved={option: reason for option, reason in RESERVED.items()},
+    reserved=dict(RESERVED),
 )

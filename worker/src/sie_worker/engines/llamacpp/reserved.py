@@ -23,8 +23,9 @@ _SPLIT = (
 )
 _RPC = (GROUP, "remove it; a group of nodes (SIE_NODES) runs its followers as RPC servers")
 _SLOTS = (
-    "the worker sets the server's slots from adapter_options.loadtime.parallel",
-    "remove it and set adapter_options.loadtime.parallel",
+    "the server's slots are how many requests it runs at once, which the worker's admission "
+    "and KV budget count on",
+    "remove it",
 )
 _KEY = (
     "the worker guards its own API (SIE_API_KEY); a key on the engine would also close "

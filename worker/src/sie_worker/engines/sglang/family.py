@@ -140,6 +140,7 @@ class SGLangFamily(EngineFamily):
         release: Release | None,
         *,
         on_cpu: bool,
+        claim_width: int,
         extras: Mapping[str, Any],
     ) -> EngineChecks | None:
         from sie_worker.engines.sglang.checks import SGLangChecks

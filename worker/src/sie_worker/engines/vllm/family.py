@@ -127,6 +127,7 @@ class VLLMFamily(EngineFamily):
         release: Release | None,
         *,
         on_cpu: bool,
+        claim_width: int,
         extras: Mapping[str, Any],
     ) -> EngineChecks | None:
         from sie_worker.engines.vllm.checks import VLLMChecks

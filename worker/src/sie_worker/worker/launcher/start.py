@@ -39,6 +39,7 @@ __all__ = ["PORT_ATTEMPTS", "Booking", "PortBook", "RunningEngine", "StartGate",
 
 _log = logging.getLogger("sie_worker.manager")
 PORT_ATTEMPTS = 3  # engine starts per load when the picked port turns out to be taken
+_PEER_WAIT_S = 900.0  # a leader's wait for its followers' servers without startup_timeout_s
 
 
 @dataclass
@@ -135,6 +136,8 @@ async def start_engine(
     # A declared rendezvous port is held too, so other loads' engine ports stay off it.
     picks = family.picks_rendezvous
     nccl_port = booking.hold(declared) if declared else _pick_rendezvous(booking, picks)
+    if group is not None:
+        await _peers_answer(family.awaited_peers(group, settings), options.startup_timeout_s)
     last_error: LoadFailed | None = None
     for _ in range(PORT_ATTEMPTS):
         port = booking.pick(ports.ENGINE_PORTS)
@@ -176,6 +179,30 @@ async def start_engine(
         return RunningEngine(engine, options, plan.nccl_port)
     assert last_error is not None
     raise LoadFailed(f"{last_error.message} ({PORT_ATTEMPTS} ports tried)")
+
+
+async def _peers_answer(peers: Sequence[tuple[str, int]], timeout_s: float | None) -> None:
+    """Wait until each ``(host, port)`` accepts a connection: a group leader whose engine
+    needs its followers' servers up first (llama.cpp's RPC servers). Raises
+    :class:`LoadFailed` naming the first that did not answer within ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (timeout_s if timeout_s is not None else _PEER_WAIT_S)
+    for host, port in peers:
+        while True:
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
+            except (OSError, TimeoutError):
+                if loop.time() >= deadline:
+                    raise LoadFailed(
+                        f"the group's follower at {host}:{port} did not answer; the leader's "
+                        "engine starts once every follower's server does"
+                    ) from None
+                await asyncio.sleep(0.5)
+                continue
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            break
 
 
 def _pick_rendezvous(booking: Booking, picks: bool) -> int | None:

@@ -31,7 +31,7 @@ from sie_worker.worker.placement.memory import DeviceMemory
 from sie_worker.worker.records import ModelRecord
 from sie_worker.worker.weights.on_disk import weight_bytes
 
-__all__ = ["Placer", "claims_of", "cpu_kv_inputs", "estimated_need", "need_of"]
+__all__ = ["Placer", "claims_of", "cpu_kv_inputs", "estimated_need", "need_of", "share_at_start"]
 
 _BACKOFF_S = 0.5
 
@@ -131,7 +131,7 @@ def _need(
     family = family_of(engine)
     weights = None
     if family.needs_weights(on_cpu=on_cpu) and "memory_gib" not in loadtime and folder is not None:
-        weights = weight_bytes(folder)
+        weights = family.weight_bytes(folder, loadtime)
     return family.memory_need(max(totals), on_cpu=on_cpu, declared=loadtime, weights_bytes=weights)
 
 

@@ -31,7 +31,7 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from sie_worker.engines._options import parse_options
+    from sie_worker.engines.transformers._options import parse_options
 
     options = parse_options(argv)
     # why: no timestamp; the worker stamps each line it relays, prefixed with the model id
@@ -40,15 +40,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # why: the worker relays this log line by line; progress bars only add noise there
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    from sie_worker.engines._server import serve
+    from sie_worker.engines.transformers._server import serve
 
     return serve(options)
-
-
-if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # why: a model load or generation still running on the model thread must not delay the
-    # exit after SIGTERM (interpreter shutdown would join that thread)
-    os._exit(code)

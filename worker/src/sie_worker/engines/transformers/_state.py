@@ -13,18 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sie_worker.engines._device import (
+from sie_worker.engines.transformers._device import (
     Placement,
     StartupError,
     cap_cuda_memory,
     resolve_placement,
 )
-from sie_worker.engines._options import EngineOptions
+from sie_worker.engines.transformers._options import EngineOptions
 
 if TYPE_CHECKING:
-    from sie_worker.engines._embed import Embedder
-    from sie_worker.engines._generate import Generator
-    from sie_worker.engines._score import Scorer
+    from sie_worker.engines.transformers._embed import Embedder
+    from sie_worker.engines.transformers._generate import Generator
+    from sie_worker.engines.transformers._score import Scorer
 
 __all__ = ["EngineState", "load"]
 
@@ -89,7 +89,7 @@ def load(state: EngineState) -> None:
         placement.dtype,
     )
     if options.task == "encode":
-        from sie_worker.engines._embed import load_embedder
+        from sie_worker.engines.transformers._embed import load_embedder
 
         model_dir = local or _snapshot(options.model_path, options.revision)
         state.embedder = load_embedder(
@@ -99,7 +99,7 @@ def load(state: EngineState) -> None:
             max_length=options.context_length,
         )
     elif options.task == "score":
-        from sie_worker.engines._score import Scorer
+        from sie_worker.engines.transformers._score import Scorer
 
         state.scorer = Scorer(
             local or _snapshot(options.model_path, options.revision),
@@ -108,7 +108,7 @@ def load(state: EngineState) -> None:
             max_length=options.context_length,
         )
     else:
-        from sie_worker.engines._generate import Generator
+        from sie_worker.engines.transformers._generate import Generator
 
         state.generator = Generator(
             local or options.model_path,

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from sie_worker.engines._device import Placement, StartupError, torch_dtype
+from sie_worker.engines.transformers._device import Placement, StartupError, torch_dtype
 
 __all__ = ["Scorer", "activation_of"]
 

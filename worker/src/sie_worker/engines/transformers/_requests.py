@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from sie_worker.engines._errors import EngineError
+from sie_worker.engines.transformers._errors import EngineError
 from sie_worker.sie_api.texts import TEXT_OPTIONS, check_template
 
 __all__ = [

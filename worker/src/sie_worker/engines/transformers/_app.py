@@ -18,10 +18,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sie_worker.engines import _responses as shapes
-from sie_worker.engines._errors import EngineError
-from sie_worker.engines._model_thread import ModelThread
-from sie_worker.engines._requests import (
+from sie_worker.engines.transformers import _responses as shapes
+from sie_worker.engines.transformers._errors import EngineError
+from sie_worker.engines.transformers._model_thread import ModelThread
+from sie_worker.engines.transformers._requests import (
     EmbeddingRequest,
     Sampling,
     parse_chat,
@@ -30,14 +30,14 @@ from sie_worker.engines._requests import (
     parse_rerank,
     requested_adapter,
 )
-from sie_worker.engines._state import EngineState
-from sie_worker.engines._stream import collect, stream_text
+from sie_worker.engines.transformers._state import EngineState
+from sie_worker.engines.transformers._stream import collect, stream_text
 from sie_worker.sie_api.texts import TextOptions, format_text
 
 if TYPE_CHECKING:
-    from sie_worker.engines._embed import Embedder
-    from sie_worker.engines._generate import Generator, Prepared
-    from sie_worker.engines._score import Scorer
+    from sie_worker.engines.transformers._embed import Embedder
+    from sie_worker.engines.transformers._generate import Generator, Prepared
+    from sie_worker.engines.transformers._score import Scorer
 
 __all__ = ["create_app"]
 

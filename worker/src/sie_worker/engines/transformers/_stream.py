@@ -13,13 +13,13 @@ import threading
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from sie_worker.engines._errors import EngineError
-from sie_worker.engines._model_thread import ModelThread
-from sie_worker.engines._requests import Sampling
-from sie_worker.engines._stops import StopScanner
+from sie_worker.engines.transformers._errors import EngineError
+from sie_worker.engines.transformers._model_thread import ModelThread
+from sie_worker.engines.transformers._requests import Sampling
+from sie_worker.engines.transformers._stops import StopScanner
 
 if TYPE_CHECKING:
-    from sie_worker.engines._generate import Generator, Outcome, Prepared
+    from sie_worker.engines.transformers._generate import Generator, Outcome, Prepared
 
 __all__ = ["collect", "stream_text"]
 

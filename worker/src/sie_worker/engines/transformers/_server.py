@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future
 
-from sie_worker.engines._app import create_app
-from sie_worker.engines._device import StartupError
-from sie_worker.engines._model_thread import ModelThread
-from sie_worker.engines._options import EngineOptions
-from sie_worker.engines._state import EngineState, load
+from sie_worker.engines.transformers._app import create_app
+from sie_worker.engines.transformers._device import StartupError
+from sie_worker.engines.transformers._model_thread import ModelThread
+from sie_worker.engines.transformers._options import EngineOptions
+from sie_worker.engines.transformers._state import EngineState, load
 
 __all__ = ["serve"]
 

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import torch
 
-from sie_worker.engines._device import Placement, torch_dtype
-from sie_worker.engines._pooling import PoolingMode, PoolingPlan, pooling_plan
+from sie_worker.engines.transformers._device import Placement, torch_dtype
+from sie_worker.engines.transformers._pooling import PoolingMode, PoolingPlan, pooling_plan
 
 __all__ = ["Embedder", "load_embedder"]
 

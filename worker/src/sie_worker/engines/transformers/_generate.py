@@ -23,9 +23,9 @@ from transformers import (
     TextIteratorStreamer,
 )
 
-from sie_worker.engines._device import Placement, torch_dtype
-from sie_worker.engines._errors import EngineError
-from sie_worker.engines._requests import ChatMessage, Sampling, render_chat_fallback
+from sie_worker.engines.transformers._device import Placement, torch_dtype
+from sie_worker.engines.transformers._errors import EngineError
+from sie_worker.engines.transformers._requests import ChatMessage, Sampling, render_chat_fallback
 
 __all__ = ["Generator", "Outcome", "Prepared"]
 
