@@ -9,7 +9,7 @@ VERSION := $(shell cat VERSION)
 
 help:
 	@echo "make run          set up .venv, serve the quickstart model on :8080 (PORT)"
-	@echo "make test         set up .venv, .venv-vllm, .venv-sglang and .tools, then run every check"
+	@echo "make test         set up .venv, .venv-vllm, .venv-sglang and .tools (llama.cpp too), then run every check"
 	@echo "make docs         serve the docs site on :8000 (DOCS_ADDR), rebuilt as pages change"
 	@echo "make bench        run every benchmark, rewrite docs/benchmarks.md (~11 min, not a test)"
 	@echo "make soak         the 10-minute soak of the worker; its figures go to docs/benchmarks.md"
@@ -27,12 +27,13 @@ run: setup
 # The control plane (the longest build, needed only by the cluster suite) is built by
 # scripts/test beside the pytest step rather than before it: on a fresh machine the two
 # share the cores instead of taking turns.
-# .venv-vllm and .venv-sglang (downloads, mostly) are made beside the tools' builds
-# (compiles, mostly).
+# .venv-vllm and .venv-sglang (downloads, mostly) are made beside the tools' builds and
+# llama.cpp's (compiles, mostly; llama.cpp's binaries are cached outside the checkout).
 test: setup
 	scripts/setup-vllm & vllm=$$!; scripts/setup-sglang & sglang=$$!; \
+	  scripts/setup-llamacpp & llama=$$!; \
 	  scripts/setup-tools --no-cluster; tools=$$?; \
-	  wait $$vllm && wait $$sglang && exit $$tools
+	  wait $$vllm && wait $$sglang && wait $$llama && exit $$tools
 	scripts/test --build-cluster
 
 # The docs site (mkdocs.yml, pages in docs/); make test builds it with --strict. The reference

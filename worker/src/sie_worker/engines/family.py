@@ -182,6 +182,12 @@ class EngineFamily:
 
         return weight_bytes(folder)
 
+    def weight_selection(self, loadtime: Mapping[str, Any]) -> tuple[str, ...]:
+        """The weight files a fetch of the model's repository takes (``fnmatch`` patterns
+        over its paths; a split GGUF's first part brings its other parts); (): the usual
+        choice of one weight format (worker/weights/files.py)."""
+        return ()
+
     def needs_weights(self, *, on_cpu: bool) -> bool:
         """Whether :meth:`memory_need` reads the local weights' sizes."""
         return False

@@ -71,6 +71,10 @@ class LlamaCppFamily(EngineFamily):
         except OSError:
             return None
 
+    def weight_selection(self, loadtime: Mapping[str, Any]) -> tuple[str, ...]:
+        name = loadtime.get("gguf_file")
+        return (name,) if isinstance(name, str) and name else ("*.gguf",)
+
     def awaited_peers(self, group: GroupRank, settings: Settings) -> tuple[tuple[str, int], ...]:
         from sie_worker.worker.group_peers import rank_hosts
 
