@@ -42,11 +42,9 @@ from sie_worker.config.flags.launch_rules import (
 )
 from sie_worker.config.flags.option_rules import EngineOption
 from sie_worker.config.flags.option_tables import option_tables
-from sie_worker.config.flags.reserved_flags import (
-    RESERVED_DESTS,
-    VLLM_RESERVED_DESTS,
-    reserved_flag_problem,
-)
+from sie_worker.config.flags.reserved_flags import reserved_flag_problem
+from sie_worker.engines.llamacpp.options import LLAMACPP_OPTIONS
+from sie_worker.engines.registry import FAMILIES
 from sie_worker.engines.sglang.flags import SGLANG_OPTIONS
 from sie_worker.engines.vllm.flags import VLLM_OPTIONS
 
@@ -70,9 +68,6 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 # --- reserved flags and variables ------------------------------------------------------------
 
-_LABELS = {"sglang": "SGLang", "vllm": "vLLM"}
-
-
 def _reserved_flags() -> str:
     out = [
         "# Reserved flags and variables\n\n",
@@ -84,11 +79,12 @@ def _reserved_flags() -> str:
         "after the token. Why this happens, with every golden message: ",
         "[What is refused, and when](../refusals.md).\n\n",
     ]
-    for engine, dests in (("sglang", RESERVED_DESTS), ("vllm", VLLM_RESERVED_DESTS)):
-        for table in option_tables(engine):
+    for family in FAMILIES.values():
+        tables = family.option_tables()
+        for table in tables:
             rows = []
             seen: set[tuple[str, ...]] = set()
-            for dest in sorted(dests):
+            for dest in sorted(family.reserved):
                 strings = table.strings_of(dest)
                 if not strings or strings in seen:
                     continue
@@ -97,9 +93,25 @@ def _reserved_flags() -> str:
                 why = message.split(": ", 1)[1] if ": " in message else message
                 rows.append((" ".join(f"`{s}`" for s in strings), why))
             rows.sort()
-            out.append(f"## {_LABELS[engine]} {table.version}\n\n")
+            out.append(f"## {family.label} {table.version}\n\n")
             out.append(f"{len(table.options)} option strings in this release's parser; ")
             out.append(f"{len(rows)} reserved actions.\n\n")
+            out.append(_table(("option strings", "why, and the fix"), rows) + "\n")
+        if not tables and family.reserved:
+            # A parser of exact spellings (llama.cpp): the reserved strings themselves.
+            by_reason: dict[tuple[str, str], list[str]] = {}
+            for spelling, reason in family.reserved.items():
+                by_reason.setdefault(reason, []).append(spelling)
+            rows = sorted(
+                (" ".join(f"`{s}`" for s in spellings), f"{why}; {fix}")
+                for (why, fix), spellings in by_reason.items()
+            )
+            out.append(f"## {family.label}\n\n")
+            out.append(
+                "Exact spellings and their underscore forms, and any `--flag=value` form "
+                "(its parser reads none). Variables it reads as flags, refused in `extra_env` "
+                f"and cleared: {', '.join(f'`{p}*`' for p in family.owned_prefixes)}.\n\n"
+            )
             out.append(_table(("option strings", "why, and the fix"), rows) + "\n")
     out += [
         "## Device variables\n\n",
@@ -178,6 +190,8 @@ def _load_time_options() -> str:
             _options_table(SGLANG_OPTIONS, "SGLang"),
             "\n## vLLM adapters\n\n",
             _options_table(VLLM_OPTIONS, "vLLM"),
+            "\n## llama.cpp adapters\n\n",
+            _options_table(LLAMACPP_OPTIONS, "llama.cpp"),
         ]
     )
 
