@@ -178,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         settings=settings,
         share=share,
         group=group,
+        notes=True,
     )
     for message in warnings:
         print(f"warning: {args.file}: {message}", file=sys.stderr)

@@ -139,6 +139,11 @@ class EngineFamily:
         """The whole command line of one load (one node, or this worker's rank)."""
         raise NotImplementedError
 
+    def plan_notes(self, inputs: ArgvInputs) -> dict[str, object]:
+        """What ``sie-worker plan`` shows beside the command line (llama.cpp: where each
+        layer goes); reads the model's files, so only the plan command asks."""
+        return {}
+
     def rank_args(self, group: GroupRank) -> list[str]:
         """Its multi-node flags for this rank, as its parser spells them."""
         raise ValueError(

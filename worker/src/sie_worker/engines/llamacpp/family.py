@@ -54,6 +54,21 @@ class LlamaCppFamily(EngineFamily):
             return rpc_argv(inputs, command)
         return llamacpp_argv(inputs, command)
 
+    def plan_notes(self, inputs: ArgvInputs) -> dict[str, object]:
+        from sie_worker.engines.llamacpp.argv import gguf_path
+        from sie_worker.engines.llamacpp.gguf_header import block_count
+        from sie_worker.engines.llamacpp.split import layer_ranges
+
+        width, loadtime = inputs.options.claim_width, inputs.served.profile.loadtime
+        if inputs.on_cpu or width < 2 or inputs.group is not None or not inputs.options.model_path:
+            return {}
+        layers = block_count(gguf_path(inputs.options.model_path, loadtime.get("gguf_file")))
+        if layers is None:
+            return {}
+        split = loadtime.get("tensor_split")
+        ranges, output = layer_ranges(layers, layers + 1, split or [1] * width)
+        return {"layers": [*map(str, ranges), f"output on GPU{output}"]}
+
     def rank_args(self, group: GroupRank) -> list[str]:
         return []  # its ranks are RPC servers the leader names (argv), not flags of one engine
 

@@ -14,7 +14,7 @@ affinity (``cores``), which the processes it starts inherit.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from sie_server.adapters.base import EngineKind
@@ -55,6 +55,7 @@ class LaunchPlan:
     options: LoadOptions
     cores: tuple[int, ...] | None = None  # cpu devices: the engine process's affinity
     group: GroupRank | None = None  # this worker's rank of a group of nodes
+    notes: Mapping[str, object] = field(default_factory=dict)  # the family's (sie-worker plan)
 
     def summary(self) -> dict[str, object]:
         """What ``sie-worker plan`` prints (``cores``: the affinity it sets on cpu devices)."""
@@ -71,7 +72,7 @@ class LaunchPlan:
             summary["rank"] = self.group.rank
             summary["nodes"] = self.group.nodes
             summary["rendezvous"] = f"{self.group.leader}:{self.group.port}"
-        return summary
+        return {**summary, **self.notes}
 
 
 def plan_launch(
@@ -85,13 +86,15 @@ def plan_launch(
     version: str | None = None,
     share: EngineShare | None = None,
     group: GroupRank | None = None,
+    notes: bool = False,
 ) -> LaunchPlan:
     """Everything the launcher needs for one engine, for the worker and ``sie-worker plan``
     alike. ``nccl_port`` is the port the worker picked for a rendezvous (the family decides
     whether it takes it: :meth:`EngineFamily.rendezvous`); ``version`` overrides the checked
     release (tests, tools); ``share`` is what the engine is told of its memory
     (:func:`~sie_worker.sizing.memory_needs.engine_share`); ``group`` this worker's rank of a
-    model a group of nodes serves (its rendezvous port replaces ``nccl_port``)."""
+    model a group of nodes serves (its rendezvous port replaces ``nccl_port``); ``notes``:
+    add what the family shows beside the command line (``sie-worker plan``; reads files)."""
     if len(devices) != options.claim_width:
         raise ValueError(
             f"{served.id}: width {options.claim_width} placed on {len(devices)} devices"
@@ -121,6 +124,7 @@ def plan_launch(
         options=options,
         cores=None if cores is None or family.binds_ranks else tuple(c for d in cores for c in d),
         group=group,
+        notes=MappingProxyType(family.plan_notes(inputs) if notes else {}),
     )
 
 
