@@ -19,7 +19,7 @@ from tests.support.llamacpp_engine import LLAMA_SERVER, llamacpp_binary, llamacp
 from tests.support.repo import ROOT
 
 DATA = ROOT / "worker" / "src" / "sie_worker" / "config" / "data"
-RELEASE = "0c1e57098"
+RELEASE = "0c1e570"
 SHIPPED = DATA / f"llamacpp-options-{RELEASE}.json"
 # DESIGN.md, "Engines": what the worker sets itself, in every spelling llama-server reads
 RESERVED = ("-m", "--host", "--port", "--rpc", "-sm", "-ts", "-mg", "-ngl", "-dev", "-np")
