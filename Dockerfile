@@ -90,26 +90,26 @@ RUN uv venv --managed-python /opt/venv \
 # llama.cpp's llama-server and ggml-rpc-server, with CUDA, from the sdist tools/llamacpp.txt
 # pins (URL and sha256, checked before anything is unpacked): the flags of
 # scripts/setup-llamacpp (the tests' CPU build) plus CUDA, portable code (no -march=native)
-# and ggml's own list of CUDA architectures unless CUDA_ARCHITECTURES names them.
+# and ggml's own list of CUDA architectures unless CUDA_ARCHITECTURES names them. git reads
+# the sdist's own git data, so `llama-server --version` says what the tests' build says
+# (build 1, commit 0c1e570).
 FROM ${CUDA13_DEVEL_IMAGE} AS build-llamacpp-bin
 ARG CUDA_ARCHITECTURES=
-ARG LLAMACPP_COMMIT=0c1e57098
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates cmake curl g++ ninja-build \
+ && apt-get install -y --no-install-recommends ca-certificates cmake curl g++ git ninja-build \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY tools/llamacpp.txt tools/
 RUN read -r url sha256 < <(grep -v '^#' tools/llamacpp.txt) \
  && curl -fsSL --retry 3 -o llamacpp.tar.gz "$url" \
  && echo "$sha256  llamacpp.tar.gz" | sha256sum --check --quiet \
- && tar -xzf llamacpp.tar.gz \
+ && tar --no-same-owner -xzf llamacpp.tar.gz \
  && tree=$(find . -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -1) \
  && cmake -S "$tree" -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DGGML_NATIVE=OFF -DGGML_RPC=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
       -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_BUILD_COMMIT="${LLAMACPP_COMMIT}" \
       ${CUDA_ARCHITECTURES:+"-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}"} \
  && cmake --build build --target llama-server ggml-rpc-server \
  && install -D -m 0755 -t /opt/llama.cpp/bin build/bin/llama-server build/bin/ggml-rpc-server

@@ -1,9 +1,11 @@
-"""What scripts/sglang-options and scripts/vllm-options share: one engine release's option
-table (every option string with the argparse ``dest`` it sets, and each dest's action),
-rendered as the JSON the worker ships in ``sie_worker/config/data/<engine>-options-<v>.json``.
+"""What scripts/sglang-options, scripts/vllm-options and scripts/llamacpp-options share: one
+engine release's option table (every option string with the ``dest`` it sets, and each
+dest's action), rendered as the JSON the worker ships in
+``sie_worker/config/data/<engine>-options-<v>.json``.
 
-Each script builds its engine's own parser and calls :func:`run`; the parser tests load the
-scripts with ``runpy`` and compare :func:`render` of :func:`table_of` with the shipped file.
+The Python engines' scripts build their engine's own argparse parser (:func:`table_of`);
+llamacpp-options reads llama-server's ``--help`` instead. Each calls :func:`run`; the parser
+tests load the scripts and compare :func:`render` of the table with the shipped file.
 """
 
 from __future__ import annotations

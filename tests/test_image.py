@@ -234,9 +234,9 @@ def test_the_llamacpp_build_takes_the_pinned_sdist_with_cuda_and_portable_code()
     for flag in ("-DGGML_CUDA=ON", "-DGGML_NATIVE=OFF", "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF"):
         assert flag in run
     assert "--target llama-server ggml-rpc-server" in run
-    # the commit llama-server --version reports is the one the pin vendors
-    (commit,) = [a.partition("=")[2] for a in build.all("ARG") if a.startswith("LLAMACPP_COMMIT=")]
-    assert f"@{commit}" in (ROOT / "tools" / "llamacpp.txt").read_text()
+    # llama.cpp's build reads its commit with git (the sdist carries its git data): the
+    # image's llama-server --version then reports what the tests' build does
+    assert re.search(r"apt-get install [^&]*\bgit\b", run)
 
 
 @pytest.mark.parametrize("lock", ["worker", *(f"bundle-{b}" for b in BUNDLES)])
