@@ -38,10 +38,10 @@ def gguf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def worker(module_launcher: Launcher, gguf_dir: Path) -> Iterator[Worker]:
     configs = [
         llamacpp_model(MODEL, gguf_dir),
-        # A flag this release does not know: the engine refuses it when it starts.
+        # A value llama-server refuses: only the engine can say so, when it starts.
         {**llamacpp_model(BAD, gguf_dir), "sie_id": BAD},
     ]
-    configs[1]["profiles"]["default"]["extra_launch_args"] = ["--no-such-flag", "1"]
+    configs[1]["profiles"]["default"]["extra_launch_args"] = ["--cache-reuse", "many"]
     env = {
         "SIE_BUNDLE": LLAMACPP_BUNDLE,
         "SIE_LLAMACPP_COMMAND": llamacpp_command(),
@@ -144,5 +144,6 @@ def test_a_flag_llama_server_refuses_fails_the_load_with_its_own_message(worker:
     assert refused.status_code == 502, refused.text
     error = refused.json()["error"]
     assert error["code"] == "load_failed"
-    assert "--no-such-flag" in error["message"]
+    assert "engine exited during startup with code 1" in error["message"]
+    assert "--cache-reuse N" in error["message"]  # llama-server's usage of the flag
     assert worker.models()[BAD]["state"] == "failed"

@@ -4,32 +4,23 @@ it. A missing binary fails the test, saying how to build it: never skipped."""
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.support.repo import ROOT
+from tests.support.llamacpp_engine import LLAMA_SERVER, RPC_SERVER, llamacpp_binary
 
 __all__ = ["LLAMACPP_BUNDLE", "LLAMACPP_GENERATION", "llamacpp_command", "llamacpp_model"]
 
 LLAMACPP_BUNDLE = "llamacpp"
 LLAMACPP_GENERATION = "sie_server.adapters.llamacpp.generation:LlamaCppGenerationAdapter"
-_BIN = ROOT / ".tools" / "bin"
 
 
 def llamacpp_command() -> str:
     """``SIE_LLAMACPP_COMMAND`` for the worker under test: the built ``llama-server`` (its
     ``ggml-rpc-server`` is found beside it)."""
-    for name in ("llama-server", "ggml-rpc-server"):
-        if not os.access(_BIN / name, os.X_OK):
-            pytest.fail(
-                f"{_BIN / name} is missing: the llama.cpp tests need llama-server and "
-                "ggml-rpc-server; run scripts/setup-llamacpp (make test does)"
-            )
-    return shlex.join([str(_BIN / "llama-server")])
+    llamacpp_binary(RPC_SERVER)
+    return shlex.join([str(llamacpp_binary(LLAMA_SERVER))])
 
 
 def llamacpp_model(sie_id: str, folder: Path, *, width: int = 1, **loadtime: Any) -> dict[str, Any]:

@@ -99,7 +99,7 @@ def test_cu130_adapters_run_only_on_a_bundle_with_sglang_0_5_20_or_later() -> No
     assert serving_bundles(resolve_adapter(TRANSFORMERS)) == ("default",)
     for path in (VLLM_GENERATION, VLLM_EMBEDDING):
         assert serving_bundles(resolve_adapter(path)) == ("vllm",)
-    assert IMAGE_BUNDLES == ("default", "sglang", "sglang-cu130", "vllm")
+    assert IMAGE_BUNDLES == ("default", "llamacpp", "sglang", "sglang-cu130", "vllm")
 
 
 @pytest.mark.parametrize("path", SIE_TRANSFORMERS_ADAPTERS)
@@ -134,7 +134,7 @@ def test_sie_adapters_this_image_does_not_run_read_fine_and_refuse_to_load(path:
         resolve_adapter(path)
     message = str(refused.value)
     assert path in message
-    assert "default, sglang, sglang-cu130" in message
+    assert "default, llamacpp, sglang, sglang-cu130, vllm" in message
     bundles = sie_adapters()[path].bundles
     if bundles:
         assert all(f"{b} bundle" in message or b in message for b in bundles)

@@ -8,8 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sie_worker.config.flags.launch_rules import args_problems, env_problems
+from sie_worker.config.flags.option_tables import table_for
 from sie_worker.engines.llamacpp.checks import extra_arg_problems
+from sie_worker.engines.llamacpp.release import PINNED_VERSION
 from sie_worker.engines.llamacpp.reserved import RESERVED
+
+TABLE = table_for(PINNED_VERSION, "llamacpp")
 
 
 @pytest.mark.parametrize(
@@ -26,18 +30,30 @@ from sie_worker.engines.llamacpp.reserved import RESERVED
     ],
 )
 def test_a_reserved_flag_is_refused_in_any_spelling_naming_it(token: str, named: str) -> None:
-    [(index, message)] = extra_arg_problems([token, "1"])
+    [(index, message)] = extra_arg_problems([token, "1"], TABLE)
     assert index == 0
     assert f"sets the reserved flag {named}:" in message
 
 
 def test_any_flag_equals_value_form_is_refused_naming_both_arguments() -> None:
-    [(_, message)] = extra_arg_problems(["--ctx-size=512"])
+    [(_, message)] = extra_arg_problems(["--ctx-size=512"], TABLE)
     assert "pass '--ctx-size' and '512' as two arguments" in message
 
 
 def test_flags_the_worker_leaves_alone_pass() -> None:
-    assert extra_arg_problems(["-fa", "on", "--cache-reuse", "256", "--temp", "0.7"]) == []
+    assert extra_arg_problems(["-fa", "on", "--cache-reuse", "256", "--temp", "0.7"], TABLE) == []
+
+
+def test_a_long_option_the_release_does_not_know_is_refused_with_the_closest() -> None:
+    [(_, message)] = extra_arg_problems(["--cache-reus", "256"], TABLE)
+    assert (
+        message == "--cache-reus is not an option of llama.cpp 0c1e570; did you mean --cache-reuse?"
+    )
+
+
+def test_every_reserved_spelling_is_one_llama_server_reads() -> None:
+    assert TABLE is not None
+    assert [s for s in RESERVED if not TABLE.has(s)] == []
 
 
 @given(st.sampled_from(sorted(RESERVED)))

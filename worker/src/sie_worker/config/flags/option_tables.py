@@ -39,7 +39,7 @@ __all__ = [
 
 _DATA = Path(__file__).resolve().parent.parent / "data"  # config/data
 _TABLE_FILE = re.compile(
-    r"^(?P<engine>sglang|vllm)-options-(?P<version>[0-9][0-9A-Za-z.+-]*)\.json$"
+    r"^(?P<engine>[a-z][a-z0-9]*)-options-(?P<version>[0-9][0-9A-Za-z.+-]*)\.json$"
 )
 # vLLM's FlexibleArgumentParser: the option's name up to its first "." (the key of a
 # ``--name.key value`` JSON argument), whose underscores it turns into dashes.

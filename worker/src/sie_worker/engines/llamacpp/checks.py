@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sie_worker.config.flags.option_rules import Release
+from sie_worker.config.flags.option_tables import OptionTable, unknown_option
 from sie_worker.config.model import JsonPath, ServedModel
 from sie_worker.engines.llamacpp.options import LLAMACPP_OPTIONS, option_problem, split_problem
 from sie_worker.engines.llamacpp.reserved import RESERVED, reserved_spelling
@@ -24,14 +25,20 @@ __all__ = ["LlamaCppChecks", "extra_arg_problems"]
 Where = str | JsonPath
 
 
-def extra_arg_problems(args: list[str]) -> list[tuple[int, str]]:
-    """``(index, message)`` of each ``extra_launch_args`` token llama-server must not get."""
+def extra_arg_problems(args: list[str], table: OptionTable | None) -> list[tuple[int, str]]:
+    """``(index, message)`` of each ``extra_launch_args`` token llama-server must not get:
+    a reserved flag, a ``--flag=value`` form, a long option the release's table (``table``,
+    read from its own ``--help``) does not know."""
     found = []
     for index, token in enumerate(args):
         option = reserved_spelling(token)
         if option is not None:
             why, fix = RESERVED[option]
             found.append((index, f"{token!r} sets the reserved flag {option}: {why}; {fix}"))
+        elif table is not None and token.startswith("--") and "=" not in token and token != "--":
+            spelled = "--" + token[2:].replace("_", "-")
+            if not table.has(spelled):
+                found.append((index, unknown_option(token, table, f"llama.cpp {table.version}")))
         elif token.startswith("-") and "=" in token:
             flag, _, value = token.partition("=")
             found.append(
@@ -101,5 +108,7 @@ class LlamaCppChecks:
         profile = self.served.profile
         return [
             ((*profile.launch_args_path, index), message)
-            for index, message in extra_arg_problems(list(profile.extra_launch_args))
+            for index, message in extra_arg_problems(
+                list(profile.extra_launch_args), self.release.table
+            )
         ]

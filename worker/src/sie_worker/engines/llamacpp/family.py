@@ -153,13 +153,16 @@ class LlamaCppFamily(EngineFamily):
 
     def release(self, bundle: str, env: Mapping[str, str] | None) -> Release:
         from sie_worker.config.flags.option_rules import Release
+        from sie_worker.config.flags.option_tables import table_for
 
-        return Release(BUNDLE_VERSIONS.get(bundle, PINNED_VERSION), bundle, None, self.label)
+        version = BUNDLE_VERSIONS.get(bundle, PINNED_VERSION)
+        return Release(version, bundle, table_for(version, self.kind), self.label)
 
     def launch_arg_problems(self, args: Sequence[str]) -> list[tuple[int, str]]:
+        from sie_worker.config.flags.option_tables import table_for
         from sie_worker.engines.llamacpp.checks import extra_arg_problems
 
-        return extra_arg_problems(list(args))
+        return extra_arg_problems(list(args), table_for(PINNED_VERSION, self.kind))
 
     def default_adapter(self, tasks: Mapping[str, Any]) -> str:
         return GENERATION
