@@ -12,6 +12,11 @@ worker's own code, never by hand:
   the same for vLLM's tables (read for a profile with a vLLM adapter; the chart first
   rewrites a token as vLLM's FlexibleArgumentParser does: underscores of the option's name
   to dashes, ``--name.key`` to ``--name``);
+- llama.cpp's reserved spellings (exact, and a long option's underscore form) with the
+  worker's messages, and the message for any ``--flag=value`` token (its parser reads none),
+  as a format of the token, the flag and the value
+  (``sie_worker.engines.llamacpp.checks.extra_arg_problems``); which engine's parser reads a
+  profile's extra_launch_args, by adapter path, and how (``engineParsers``);
 - the device-visibility variables (``sie_worker.config.rules.VISIBILITY_VARIABLES``) and
   the core-binding ones (``sie_worker.config.flags.launch_rules.BINDING_VARIABLES``);
 - the characters Python's ``str.strip()`` removes, so the chart trims variable names as the
@@ -36,7 +41,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sie_worker.config.flags.launch_rules import BINDING_VARIABLES
+from sie_worker.config.flags.launch_rules import BINDING_VARIABLES, env_problems
+from sie_worker.engines.llamacpp.checks import extra_arg_problems
+from sie_worker.engines.llamacpp.reserved import RESERVED as LLAMACPP_RESERVED
+from sie_worker.engines.registry import FAMILIES
 from sie_worker.config.flags.option_tables import OptionTable, option_tables
 from sie_worker.config.flags.reserved_flags import (
     RESERVED_DESTS,
@@ -107,6 +115,60 @@ def refused_spellings(
     return refused
 
 
+def llamacpp_spellings() -> dict[str, str]:
+    """``{option part of a token: message after the token}`` of llama.cpp's reserved flags:
+    each spelling, and a long one's underscore form (the chart makes underscores dashes)."""
+    refused: dict[str, str] = {}
+    for spelling in sorted(LLAMACPP_RESERVED):
+        [(_, message)] = extra_arg_problems([spelling], None)
+        shown = repr(spelling)
+        assert message.startswith(shown + " "), message
+        refused[spelling] = message[len(shown) + 1 :]
+    return refused
+
+
+def llamacpp_equals_format() -> str:
+    """The worker's message for a ``--flag=value`` token as a Go format of the token, the
+    flag and the value (``%[1]q`` ...): Python's repr of each becomes the chart's quoting."""
+    token, flag, value = "--example-flag=example-value", "--example-flag", "example-value"
+    [(_, message)] = extra_arg_problems([token], None)
+    for index, part in enumerate((token, flag, value), 1):
+        message = message.replace(repr(part), f"%[{index}]q")
+    assert message.count("%[") == 3, message
+    return message
+
+
+def engine_parsers() -> dict[str, dict[str, str]]:
+    """How the chart reads a profile's extra_launch_args: by adapter path, the engine whose
+    parser reads them (``adapters``; any other path: SGLang's, as the worker), and each
+    engine's way of reading (``parsers``: argparse, vLLM's flexible one, llama.cpp's exact)."""
+    adapters = {
+        path: family.kind
+        for family in FAMILIES.values()
+        if family.kind in _PARSERS
+        for path in family.adapters
+    }
+    return {"adapters": adapters, "parsers": dict(_PARSERS)}
+
+
+def flag_variables() -> dict[str, object]:
+    """The variable prefixes an engine reads as its flags (llama.cpp's ``LLAMA_ARG_*``), by
+    engine label, and the worker's message for one as a Go format of the name as written
+    and the variable (``sie_worker.config.flags.launch_rules.env_problems``)."""
+    prefixes = {p: f.label for f in FAMILIES.values() for p in f.owned_prefixes}
+    sample_prefix = next(iter(prefixes))
+    name = variable = sample_prefix + "EXAMPLE" if sample_prefix.endswith("_") else sample_prefix
+    [problem] = env_problems({name: "1"}, ("extra_env",))
+    message = problem.message.replace(repr(name), "%[1]q", 1).replace(variable, "%[2]s")
+    message = message.replace(prefixes[sample_prefix], "%[3]s")
+    assert message.count("%[") == 3, message
+    return {"prefixes": prefixes, "message": message}
+
+
+# The engines whose parser the chart reads extra_launch_args with, and how.
+_PARSERS = {"sglang": "argparse", "vllm": "flexible", "llamacpp": "exact"}
+
+
 def width_table() -> dict[str, int]:
     """``{"<tensor>x<stages>": width}`` for every tensor width and pipeline depth 1..8."""
     return {
@@ -155,6 +217,38 @@ def render(tables: Sequence[OptionTable] | None = None) -> str:
             "vLLM's FlexibleArgumentParser does (sie-workers.launchArgProblem).",
             '{{ include "sie-workers.vllmReservedFlagSpellings" . | fromJson }}',
             _json_object(refused_spellings(vllm, "vllm")),
+        ),
+        _define(
+            "llamacppReservedFlagSpellings",
+            "The same for a profile with a llama.cpp adapter: every spelling llama-server reads\n"
+            "as a flag SIE sets itself (no prefixes; the chart makes a long option's\n"
+            "underscores dashes). From sie_worker.engines.llamacpp.checks.extra_arg_problems.",
+            '{{ include "sie-workers.llamacppReservedFlagSpellings" . | fromJson }}',
+            _json_object(llamacpp_spellings()),
+        ),
+        _define(
+            "llamacppEqualsMessage",
+            "The worker's refusal of a --flag=value token for llama.cpp (its parser reads\n"
+            "none), as a printf format of the token, the flag and the value.",
+            '{{ printf (include "sie-workers.llamacppEqualsMessage" .) $token $flag $value }}',
+            "{{- " + json.dumps(llamacpp_equals_format()) + " -}}",
+        ),
+        _define(
+            "engineParsers",
+            "Which engine's parser reads a profile's extra_launch_args, by adapter path\n"
+            '("adapters"; any other path: "sglang"), and how each reads them ("parsers").\n'
+            "From the engine families of sie_worker.engines.registry.",
+            '{{ include "sie-workers.engineParsers" . | fromJson }}',
+            json.dumps(engine_parsers(), indent=1, sort_keys=True),
+        ),
+        _define(
+            "engineFlagVariables",
+            "Environment variable prefixes an engine reads as its flags, by engine label,\n"
+            "refused in extra_env in any letter case, and the worker's message for one as a\n"
+            "printf format of the name as written, the variable and the engine. From\n"
+            "sie_worker.config.flags.launch_rules.env_problems.",
+            '{{ include "sie-workers.engineFlagVariables" . | fromJson }}',
+            json.dumps(flag_variables(), sort_keys=True),
         ),
         _define(
             "engineBindingVariables",

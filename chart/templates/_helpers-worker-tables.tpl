@@ -542,13 +542,109 @@ Usage: {{ include "sie-workers.vllmReservedFlagSpellings" . | fromJson }}
 {{- end -}}
 
 {{/*
+The same for a profile with a llama.cpp adapter: every spelling llama-server reads
+as a flag SIE sets itself (no prefixes; the chart makes a long option's
+underscores dashes). From sie_worker.engines.llamacpp.checks.extra_arg_problems.
+Usage: {{ include "sie-workers.llamacppReservedFlagSpellings" . | fromJson }}
+*/}}
+{{- define "sie-workers.llamacppReservedFlagSpellings" -}}
+{
+"--alias": "sets the reserved flag --alias: the worker names the model by its served id; remove it",
+"--api-key": "sets the reserved flag --api-key: the worker guards its own API (SIE_API_KEY); a key on the engine would also close /metrics and /health to the worker; remove it",
+"--api-key-file": "sets the reserved flag --api-key-file: the worker guards its own API (SIE_API_KEY); a key on the engine would also close /metrics and /health to the worker; remove it",
+"--device": "sets the reserved flag --device: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"--docker-repo": "sets the reserved flag --docker-repo: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"--gpu-layers": "sets the reserved flag --gpu-layers: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"--hf-file": "sets the reserved flag --hf-file: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"--hf-repo": "sets the reserved flag --hf-repo: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"--host": "sets the reserved flag --host: SIE owns the engine's HTTP host and port (the worker server's own --host/--port are separate); remove it",
+"--main-gpu": "sets the reserved flag --main-gpu: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"--metrics": "sets the reserved flag --metrics: the worker turns the engine's metrics on and passes them through; remove it",
+"--model": "sets the reserved flag --model: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"--model-url": "sets the reserved flag --model-url: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"--models-dir": "sets the reserved flag --models-dir: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"--models-preset": "sets the reserved flag --models-preset: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"--n-gpu-layers": "sets the reserved flag --n-gpu-layers: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"--parallel": "sets the reserved flag --parallel: the server's slots are how many requests it runs at once, which the worker's admission and KV budget count on; remove it",
+"--path": "sets the reserved flag --path: SIE owns the engine's HTTP host and port (the worker server's own --host/--port are separate); remove it",
+"--port": "sets the reserved flag --port: SIE owns the engine's HTTP host and port (the worker server's own --host/--port are separate); remove it",
+"--reuse-port": "sets the reserved flag --reuse-port: SIE owns the engine's HTTP host and port (the worker server's own --host/--port are separate); remove it",
+"--rpc": "sets the reserved flag --rpc: the worker sets it from the declared widths and, on a group of nodes, from SIE_NODES, SIE_NODE_RANK and SIE_LEADER_ADDRESS; remove it; a group of nodes (SIE_NODES) runs its followers as RPC servers",
+"--split-mode": "sets the reserved flag --split-mode: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"--ssl-cert-file": "sets the reserved flag --ssl-cert-file: SIE owns the engine's HTTP host and port (the worker server's own --host/--port are separate); remove it",
+"--ssl-key-file": "sets the reserved flag --ssl-key-file: SIE owns the engine's HTTP host and port (the worker server's own --host/--port are separate); remove it",
+"--tensor-split": "sets the reserved flag --tensor-split: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"-a": "sets the reserved flag -a: the worker names the model by its served id; remove it",
+"-dev": "sets the reserved flag -dev: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"-dr": "sets the reserved flag -dr: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"-hf": "sets the reserved flag -hf: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"-hff": "sets the reserved flag -hff: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"-hfr": "sets the reserved flag -hfr: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"-m": "sets the reserved flag -m: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"-mg": "sets the reserved flag -mg: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"-mu": "sets the reserved flag -mu: the worker passes the model's GGUF file from its config (hf_id or model_path, and adapter_options.loadtime.gguf_file); remove it and set adapter_options.loadtime.gguf_file",
+"-ngl": "sets the reserved flag -ngl: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"-np": "sets the reserved flag -np: the server's slots are how many requests it runs at once, which the worker's admission and KV budget count on; remove it",
+"-sm": "sets the reserved flag -sm: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split",
+"-ts": "sets the reserved flag -ts: the worker gives the engine its GPU block through CUDA_VISIBLE_DEVICES, and splits the model over the block's devices itself; remove it; set adapter_options.loadtime.split_mode (layer or row) or tensor_split"
+}
+{{- end -}}
+
+{{/*
+The worker's refusal of a --flag=value token for llama.cpp (its parser reads
+none), as a printf format of the token, the flag and the value.
+Usage: {{ printf (include "sie-workers.llamacppEqualsMessage" .) $token $flag $value }}
+*/}}
+{{- define "sie-workers.llamacppEqualsMessage" -}}
+{{- "%[1]q: llama-server reads no --flag=value form and would refuse it when it starts; pass %[2]q and %[3]q as two arguments" -}}
+{{- end -}}
+
+{{/*
+Which engine's parser reads a profile's extra_launch_args, by adapter path
+("adapters"; any other path: "sglang"), and how each reads them ("parsers").
+From the engine families of sie_worker.engines.registry.
+Usage: {{ include "sie-workers.engineParsers" . | fromJson }}
+*/}}
+{{- define "sie-workers.engineParsers" -}}
+{
+ "adapters": {
+  "sie_server.adapters.llamacpp.generation:LlamaCppGenerationAdapter": "llamacpp",
+  "sie_server.adapters.sglang.chat:SGLangChatAdapter": "sglang",
+  "sie_server.adapters.sglang.cuda13:SGLangCuda13Adapter": "sglang",
+  "sie_server.adapters.sglang.cuda13:SGLangStrictThinkingAdapter": "sglang",
+  "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter": "sglang",
+  "sie_server.adapters.sglang.gemma:SGLangGemmaAdapter": "sglang",
+  "sie_server.adapters.sglang.generation:SGLangGenerationAdapter": "sglang",
+  "sie_server.adapters.vllm.embedding:VLLMEmbeddingAdapter": "vllm",
+  "sie_server.adapters.vllm.generation:VLLMGenerationAdapter": "vllm"
+ },
+ "parsers": {
+  "llamacpp": "exact",
+  "sglang": "argparse",
+  "vllm": "flexible"
+ }
+}
+{{- end -}}
+
+{{/*
+Environment variable prefixes an engine reads as its flags, by engine label,
+refused in extra_env in any letter case, and the worker's message for one as a
+printf format of the name as written, the variable and the engine. From
+sie_worker.config.flags.launch_rules.env_problems.
+Usage: {{ include "sie-workers.engineFlagVariables" . | fromJson }}
+*/}}
+{{- define "sie-workers.engineFlagVariables" -}}
+{"message": "%[1]q sets %[2]s, which %[3]s reads as one of its flags: the worker sets its flags itself; pass the others in extra_launch_args, and remove it", "prefixes": {"LLAMA_API_KEY": "llama.cpp", "LLAMA_ARG_": "llama.cpp"}}
+{{- end -}}
+
+{{/*
 Environment variables that bind an engine to its devices' cores, refused in
 extra_env in any letter case: the launcher writes them. From
 sie_worker.config.flags.launch_rules.BINDING_VARIABLES.
 Usage: {{ include "sie-workers.engineBindingVariables" . | fromJsonArray }}
 */}}
 {{- define "sie-workers.engineBindingVariables" -}}
-["VLLM_CPU_OMP_THREADS_BIND", "SGLANG_CPU_OMP_THREADS_BIND"]
+["SGLANG_CPU_OMP_THREADS_BIND", "VLLM_CPU_OMP_THREADS_BIND"]
 {{- end -}}
 
 {{/*

@@ -492,22 +492,33 @@ Usage: {{ include "sie-workers.widestTensorParallelSlot" . | fromJson }}
 {{/*
 The worker's refusal of one extra_launch_args token, empty when it allows the token: the
 token's part before the first "=" looked up in the engine's spellings
-(sie-workers.reservedFlagSpellings, or sie-workers.vllmReservedFlagSpellings with
-`flexible`), which hold every spelling the engine's argparse resolves to a reserved flag (no
-spelling holds a space, so a token with a space and no "=", a value to argparse, is never
-found). `flexible` reads the token as vLLM's parser does: a "--" option's name up to its
-first "." (`--name.key value` is `--name`) with underscores made dashes; a "-" token's part
-before a "." likewise; and a "-" token that argparse cannot prefix-match whole may still
-set a short option exactly (`-tp=2`) or with its value attached (`-n2`).
-Usage: {{ include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $spellings "flexible" false) }}
+(sie-workers.reservedFlagSpellings, sie-workers.vllmReservedFlagSpellings,
+sie-workers.llamacppReservedFlagSpellings), read as the engine's `parser` does:
+- "argparse" (SGLang): the spellings hold every one argparse resolves to a reserved flag (no
+  spelling holds a space, so a token with a space and no "=", a value to argparse, is never
+  found);
+- "flexible" (vLLM): a "--" option's name up to its first "." (`--name.key value` is
+  `--name`) with underscores made dashes; a "-" token's part before a "." likewise; and a "-"
+  token that argparse cannot prefix-match whole may still set a short option exactly
+  (`-tp=2`) or with its value attached (`-n2`);
+- "exact" (llama.cpp): a "--" option's underscores made dashes, no prefixes; and any "-"
+  token with "=" is refused (`equals`: the message's format of the token, flag and value).
+Usage: {{ include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $spellings "parser" "argparse" "equals" $equals) }}
 */}}
 {{- define "sie-workers.launchArgProblem" -}}
 {{- if kindIs "string" .token -}}
 {{- $option := index (splitList "=" .token) 0 -}}
 {{- $found := "" -}}
-{{- if and .flexible (hasPrefix "--" $option) -}}
+{{- if eq .parser "exact" -}}
+{{- if hasPrefix "--" $option -}}{{- $option = printf "--%s" (replace "_" "-" (trimPrefix "--" $option)) -}}{{- end -}}
+{{- if and (not (hasKey .spellings $option)) (hasPrefix "-" .token) (contains "=" .token) -}}
+{{- $parts := splitn "=" 2 .token -}}
+{{- printf .equals .token $parts._0 $parts._1 -}}
+{{- $option = "" -}}
+{{- end -}}
+{{- else if and (eq .parser "flexible") (hasPrefix "--" $option) -}}
 {{- $option = printf "--%s" (replace "_" "-" (index (splitList "." (trimPrefix "--" $option)) 0)) -}}
-{{- else if and .flexible (hasPrefix "-" $option) (not (hasPrefix "-O" $option)) -}}
+{{- else if and (eq .parser "flexible") (hasPrefix "-" $option) (not (hasPrefix "-O" $option)) -}}
 {{- $whole := .token -}}
 {{- if contains "." $option -}}{{- $whole = index (splitList "." $option) 0 -}}{{- $option = $whole -}}{{- end -}}
 {{- $short := trunc 2 $whole -}}
@@ -533,12 +544,13 @@ Usage: {{ include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" 
 
 {{/*
 The engine whose parser reads a shipped profile's extra_launch_args, as the worker decides
-it when it reads a config: "vllm" when the profile, or one it extends, names a vLLM adapter
-(`sie_server.adapters.vllm.*`), else "sglang".
+it when it reads a config: the engine of the adapter the profile, or one it extends, names
+(sie-workers.engineParsers: vLLM's and llama.cpp's adapters), else "sglang".
 Usage: {{ include "sie-workers.profileEngine" (dict "profiles" $model.profiles "name" $profileName) }}
 */}}
 {{- define "sie-workers.profileEngine" -}}
 {{- $engine := "sglang" -}}
+{{- $adapters := (include "sie-workers.engineParsers" . | fromJson).adapters -}}
 {{- $name := .name -}}
 {{- $profiles := .profiles | default dict -}}
 {{- $found := false -}}
@@ -547,7 +559,7 @@ Usage: {{ include "sie-workers.profileEngine" (dict "profiles" $model.profiles "
 {{- if and (not $found) (kindIs "map" $profile) -}}
 {{- if kindIs "string" $profile.adapter_path -}}
 {{- $found = true -}}
-{{- if hasPrefix "sie_server.adapters.vllm." $profile.adapter_path -}}{{- $engine = "vllm" -}}{{- end -}}
+{{- if hasKey $adapters $profile.adapter_path -}}{{- $engine = get $adapters $profile.adapter_path -}}{{- end -}}
 {{- else if kindIs "string" $profile.extends -}}
 {{- $name = $profile.extends -}}
 {{- else -}}
@@ -572,14 +584,14 @@ Usage: {{ include "sie-workers.visibilityVariable" (dict "name" $name "visibilit
 Problems (JSON list of strings) of one place that holds engine launch settings: a profile, or
 its adapter_options.loadtime. Reserved flags in extra_launch_args, device-visibility
 variables in extra_env; `key` is the values path of the place.
-Usage: {{ include "sie-workers.launchSettingProblems" (dict "key" $key "place" $profile "spellings" $spellings "flexible" false "visibility" $visibility "binding" $binding "space" $space) | fromJsonArray }}
+Usage: {{ include "sie-workers.launchSettingProblems" (dict "key" $key "place" $profile "spellings" $spellings "parser" "argparse" "equals" $equals "flagVariables" $flagVariables "visibility" $visibility "binding" $binding "space" $space) | fromJsonArray }}
 */}}
 {{- define "sie-workers.launchSettingProblems" -}}
 {{- $out := list -}}
 {{- $ctx := . -}}
 {{- if kindIs "slice" .place.extra_launch_args -}}
 {{- range $i, $arg := .place.extra_launch_args -}}
-{{- $problem := include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $ctx.spellings "flexible" $ctx.flexible) -}}
+{{- $problem := include "sie-workers.launchArgProblem" (dict "token" $arg "spellings" $ctx.spellings "parser" $ctx.parser "equals" $ctx.equals) -}}
 {{- if $problem -}}
 {{- $out = append $out (printf "%s.extra_launch_args[%d]: %s" $ctx.key $i $problem) -}}
 {{- end -}}
@@ -594,6 +606,13 @@ Usage: {{ include "sie-workers.launchSettingProblems" (dict "key" $key "place" $
 {{- $out = append $out (printf "%s: device-visibility variables are refused in any letter case (%q sets %s); remove it, the worker writes the device mask itself from the model's GPU block" $where $name $variable) -}}
 {{- else if $binding -}}
 {{- $out = append $out (printf "%s: %q sets %s, which the launcher writes itself (one core list per rank, from the cores of the model's cpu devices); remove it" $where $name $binding) -}}
+{{- else -}}
+{{- $upper := upper (trimAll $ctx.space (toString $name)) -}}
+{{- range $prefix, $engine := $ctx.flagVariables.prefixes -}}
+{{- if hasPrefix $prefix $upper -}}
+{{- $out = append $out (printf "%s: %s" $where (printf $ctx.flagVariables.message $name $upper $engine)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -726,7 +745,10 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- $spellings := dict "sglang" (include "sie-workers.reservedFlagSpellings" . | fromJson) "vllm" (include "sie-workers.vllmReservedFlagSpellings" . | fromJson) -}}
+{{- $spellings := dict "sglang" (include "sie-workers.reservedFlagSpellings" . | fromJson) "vllm" (include "sie-workers.vllmReservedFlagSpellings" . | fromJson) "llamacpp" (include "sie-workers.llamacppReservedFlagSpellings" . | fromJson) -}}
+{{- $parsers := (include "sie-workers.engineParsers" . | fromJson).parsers -}}
+{{- $equals := include "sie-workers.llamacppEqualsMessage" . -}}
+{{- $flagVariables := include "sie-workers.engineFlagVariables" . | fromJson -}}
 {{- $binding := include "sie-workers.engineBindingVariables" . | fromJsonArray -}}
 {{- range $file, $model := (.Values.models | default dict) -}}
 {{- if kindIs "map" $model -}}
@@ -734,7 +756,7 @@ Usage: {{ include "sie-workers.validateValues" . }}
 {{- if kindIs "map" $profile -}}
 {{- $pkey := printf "models.%s.profiles.%s" $file $profileName -}}
 {{- $engine := include "sie-workers.profileEngine" (dict "profiles" $model.profiles "name" $profileName) -}}
-{{- $settings := dict "spellings" (get $spellings $engine) "flexible" (eq $engine "vllm") "visibility" $visibility "binding" $binding "space" $space -}}
+{{- $settings := dict "spellings" (get $spellings $engine) "parser" (get $parsers $engine) "equals" $equals "flagVariables" $flagVariables "visibility" $visibility "binding" $binding "space" $space -}}
 {{- $errors = concat $errors (include "sie-workers.launchSettingProblems" (merge (dict "key" $pkey "place" $profile) $settings) | fromJsonArray) -}}
 {{- $loadtime := include "sie-workers.profileLoadtime" $profile | fromJson -}}
 {{- $errors = concat $errors (include "sie-workers.launchSettingProblems" (merge (dict "key" (printf "%s.adapter_options.loadtime" $pkey) "place" $loadtime) $settings) | fromJsonArray) -}}

@@ -20,6 +20,7 @@ from sie_worker.config.flags.reserved_flags import (
     reserved_flag_problem,
 )
 from sie_worker.config.rules import VISIBILITY_VARIABLES, rule_problems
+from sie_worker.engines.llamacpp.reserved import RESERVED as LLAMACPP_RESERVED
 
 from tests.chart._render import CHART, helm
 from tests.support.repo import load_script
@@ -228,3 +229,52 @@ def test_chart_names_model_profile_item_and_flag_for_an_abbreviated_flag(tmp_pat
         "sets it from the declared width; remove it and set "
         "adapter_options.loadtime.tensor_parallel_size"
     }
+
+
+_LLAMACPP = "sie_server.adapters.llamacpp.generation:LlamaCppGenerationAdapter"
+
+
+def _llamacpp_tokens() -> list[str]:
+    """llama-server's reserved spellings plain, with underscores, cased, as prefixes and as
+    ``--flag=value``, and flags and values the worker lets through."""
+    tokens: set[str] = {"-fa", "on", "--cache-reuse", "256", "-1", "--", "x=y", "-t=2"}
+    for spelling in LLAMACPP_RESERVED:
+        tokens |= {spelling, spelling.upper(), spelling[:-1], f"{spelling}=1", f"{spelling} 1"}
+        tokens |= {spelling.replace("-", "_"), "--" + spelling[2:].replace("-", "_")}
+    return sorted(tokens)
+
+
+@pytest.mark.parametrize("place", sorted(_PLACES))
+def test_chart_reads_a_llamacpp_profiles_launch_args_as_the_worker_does(
+    place: str, tmp_path: Path
+) -> None:
+    tokens = _llamacpp_tokens()
+    doc = {"profiles": {"default": {"adapter_path": _LLAMACPP, "extra_launch_args": tokens}}}
+    worker = {
+        int(p.path.rsplit("[", 1)[1].rstrip("]")): p.message
+        for p in rule_problems(doc)
+        if p.path.startswith("$.profiles.default.extra_launch_args[")
+    }
+    assert len(worker) > 50
+    values = _values(place, {"extra_launch_args": tokens}, adapter=_LLAMACPP)
+    chart = _refusals(place, values, tmp_path)
+    refused = {
+        int(k.split(":", 1)[1]): v for k, v in chart.items() if k.startswith("extra_launch_args:")
+    }
+    assert sorted(refused) == sorted(worker), "chart and worker disagree on: " + ", ".join(
+        repr(tokens[i]) for i in sorted(set(refused) ^ set(worker))[:20]
+    )
+    for index, message in worker.items():
+        # The chart quotes as Go's %q does, the worker as Python's repr: compare the words.
+        assert refused[index].replace('"', "'") == message.replace('"', "'"), tokens[index]
+
+
+def test_chart_refuses_the_variables_llamacpp_reads_as_flags(tmp_path: Path) -> None:
+    env = {"LLAMA_ARG_N_GPU_LAYERS": "9", " llama_api_key": "k", "LLAMA_HOME": "/x"}
+    problems = rule_problems({"profiles": {"default": {"extra_env": env}}})
+    worker = {p.path: p.message for p in problems if "extra_env" in p.path}
+    chart = _refusals("profile", _values("profile", {"extra_env": env}), tmp_path)
+    assert sorted(chart) == ["extra_env: llama_api_key", "extra_env:LLAMA_ARG_N_GPU_LAYERS"]
+    for name in ("LLAMA_ARG_N_GPU_LAYERS", " llama_api_key"):
+        message = worker[json_path(["profiles", "default", "extra_env", name])]
+        assert chart[f"extra_env:{name}"].replace('"', "'") == message.replace('"', "'")

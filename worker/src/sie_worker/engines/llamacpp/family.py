@@ -159,10 +159,10 @@ class LlamaCppFamily(EngineFamily):
         return Release(version, bundle, table_for(version, self.kind), self.label)
 
     def launch_arg_problems(self, args: Sequence[str]) -> list[tuple[int, str]]:
-        from sie_worker.config.flags.option_tables import table_for
         from sie_worker.engines.llamacpp.checks import extra_arg_problems
 
-        return extra_arg_problems(list(args), table_for(PINNED_VERSION, self.kind))
+        # When a config is read: the reserved flags; the release's own table is the load's.
+        return extra_arg_problems(list(args), None)
 
     def default_adapter(self, tasks: Mapping[str, Any]) -> str:
         return GENERATION
