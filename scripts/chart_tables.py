@@ -42,9 +42,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sie_worker.config.flags.launch_rules import BINDING_VARIABLES, env_problems
-from sie_worker.engines.llamacpp.checks import extra_arg_problems
-from sie_worker.engines.llamacpp.reserved import RESERVED as LLAMACPP_RESERVED
-from sie_worker.engines.registry import FAMILIES
 from sie_worker.config.flags.option_tables import OptionTable, option_tables
 from sie_worker.config.flags.reserved_flags import (
     RESERVED_DESTS,
@@ -53,6 +50,9 @@ from sie_worker.config.flags.reserved_flags import (
 )
 from sie_worker.config.rules import VISIBILITY_VARIABLES
 from sie_worker.config.widths import MAX_WIDTH, model_width
+from sie_worker.engines.llamacpp.checks import extra_arg_problems
+from sie_worker.engines.llamacpp.reserved import RESERVED as LLAMACPP_RESERVED
+from sie_worker.engines.registry import FAMILIES
 from sie_worker.worker.launcher.ranks import GROUP_PORT_BASE
 
 __all__ = ["OUTPUT", "PYTHON_WHITESPACE", "main", "refused_spellings", "render", "width_table"]

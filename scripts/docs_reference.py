@@ -41,7 +41,6 @@ from sie_worker.config.flags.launch_rules import (
     VISIBILITY_VARIABLES,
 )
 from sie_worker.config.flags.option_rules import EngineOption
-from sie_worker.config.flags.option_tables import option_tables
 from sie_worker.config.flags.reserved_flags import reserved_flag_problem
 from sie_worker.engines.llamacpp.options import LLAMACPP_OPTIONS
 from sie_worker.engines.registry import FAMILIES
