@@ -123,6 +123,18 @@ def test_vllms_data_parallel_engines_add_up_and_the_fullest_kv_cache_counts() ->
     assert _load(text) == ServerLoad(waiting=5, running=5, kv_usage=0.9)
 
 
+def test_llamacpps_deferred_and_processing_requests_are_its_load_without_a_kv_series() -> None:
+    text = _gauges(
+        {
+            "llamacpp:requests_deferred": [3],
+            "llamacpp:requests_processing": [2],
+            "llamacpp:n_busy_slots_per_decode": [1.5],
+        }
+    )
+
+    assert _load(text) == ServerLoad(waiting=3, running=2, kv_usage=0.0)
+
+
 def test_an_engine_without_load_series_has_no_load() -> None:
     assert _load(_gauges({"sglang:gen_throughput": [1]})) is None
 
