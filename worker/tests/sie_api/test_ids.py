@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sie_worker.errors import InvalidRequest
+from sie_worker.errors import AmbiguousModel, InvalidRequest
 from sie_worker.sie_api.ids import resolve_model_id, with_profile
 
 KNOWN = {"BAAI/bge-m3", "BAAI/bge-m3:fast", "Qwen/Qwen3-4B", "Qwen/Qwen3-4B:fast", "org/a__b"}
@@ -35,8 +35,10 @@ def test_a_path_resolves_as_sie_resolves_it(
     assert resolve_model_id(asked, KNOWN, generate=generate) == expected
 
 
-def test_a_case_insensitive_match_must_be_unique() -> None:
-    assert resolve_model_id("org/m", {"Org/M", "org/M"}) is None
+def test_a_case_insensitive_match_must_be_unique_else_it_names_the_candidates() -> None:
+    with pytest.raises(AmbiguousModel, match="'org/m' matches Org/M, org/M") as info:
+        resolve_model_id("org/m", {"Org/M", "org/M"})
+    assert (info.value.status, info.value.code) == (400, "ambiguous_model")
     assert resolve_model_id("org/M", {"Org/M", "org/M"}) == "org/M"
 
 

@@ -27,7 +27,7 @@ from sie_worker.config.widths import width_fits
 from sie_worker.errors import Problem
 from sie_worker.gateway.pools import PoolSpec
 
-__all__ = ["Catalogue", "ModelInfo", "bundle_runs", "decode_path_model"]
+__all__ = ["Catalogue", "ModelInfo", "bundle_runs"]
 
 _DEFAULT_BUNDLE = "default"
 
@@ -70,7 +70,6 @@ class Catalogue:
     def __init__(self, models: Mapping[str, ModelInfo], *, complete: bool) -> None:
         self.models = dict(models)
         self.complete = complete
-        self._folded = {m.lower(): m for m in self.models}
 
     @classmethod
     def empty(cls) -> Catalogue:
@@ -85,21 +84,6 @@ class Catalogue:
             for served in served_models(config):
                 models[served.id] = ModelInfo(served.id, served, declared_width(served))
         return cls(models, complete=True), problems
-
-    def resolve(self, raw: str, known: Iterable[str] = ()) -> str:
-        """The model id a client meant: itself, without ``:default``, or in another case."""
-        model = raw.removesuffix(":default")
-        if model in self.models:
-            return model
-        folded = self._folded.get(model.lower())
-        if folded is not None:
-            return folded
-        if isinstance(known, frozenset | set) and model in known:
-            return model
-        for other in known:
-            if other.lower() == model.lower():
-                return other
-        return model
 
     def base_of(self, model: str, known: Iterable[str] = ()) -> str:
         """The model a request for ``model`` is placed as: the base of ``<base>:<adapter>``
@@ -125,14 +109,3 @@ class Catalogue:
                 f"slot (tensor_parallel_size) and the pool's slots have {spec.slot_width}"
             )
         return None
-
-
-def decode_path_model(raw: str, catalogue: Catalogue, known: Iterable[str] = ()) -> str:
-    """The model of ``/v1/generate/{model}``: the id with ``/`` written as ``__`` (sie-sdk's
-    encoding), matched exactly first, then with ``__`` as ``/``, ignoring case."""
-    known = list(known)
-    ids = set(catalogue.models) | set(known)
-    direct = catalogue.resolve(raw, known)
-    if direct in ids:
-        return direct
-    return catalogue.resolve(raw.replace("__", "/"), known)

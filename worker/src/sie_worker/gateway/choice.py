@@ -5,7 +5,9 @@ of it (:class:`Selection`: the model, its width, the session key).
 ``X-SIE-MACHINE-PROFILE`` (what ``gpu="l4-4x"`` sends) matches pools by machine profile,
 else by GPU type. Either unmatched: 404 ``unknown_pool`` listing the pools. Of those left,
 the pools whose bundle runs the model's adapter and whose slots are as wide as the model
-may serve it; none: 409 ``no_pool`` saying why for each.
+may serve it; none: 409 ``no_pool`` saying why for each. A model no config ships and no
+pod lists (when the configs, or every pool's pods, can say) is 404 ``unknown_model``, as
+the worker and the slot router answer it.
 
 The model's width (:func:`model_width`) is its config's ``tensor_parallel_size`` when the
 gateway has the shipped configs, else the widest any pod lists for it: a pool whose slots
@@ -147,8 +149,11 @@ def select_pools(
                 f"{profile!r}; the pools are {_describe_pools(specs)}"
             )
     listed_anywhere = any(model in (m or ()) for m in listings.values())
-    if catalogue.complete and model not in catalogue.models and not listed_anywhere:
-        shown = sorted(catalogue.models)
+    # Unknown: neither shipped nor listed, where the configs or every pool's pods can say.
+    every_pool_says = bool(listings) and all(m is not None for m in listings.values())
+    knowable = catalogue.complete or every_pool_says
+    if knowable and model not in catalogue.models and not listed_anywhere:
+        shown = sorted({*catalogue.models, *(m for ms in listings.values() for m in ms or ())})
         more = f" and {len(shown) - 20} more" if len(shown) > 20 else ""
         raise UnknownModel(
             f"model {model!r} is not configured in any pool; configured models: "

@@ -27,7 +27,6 @@ from sie_worker.errors import (
     NotFound,
     UnknownModel,
 )
-from sie_worker.gateway.catalogue import decode_path_model
 from sie_worker.gateway.choice import selection
 from sie_worker.gateway.health import cluster_health, merge_model_lists
 from sie_worker.gateway.policy import Decision
@@ -38,7 +37,7 @@ from sie_worker.gateway.state import PodState
 from sie_worker.http.fan_out import Target, ask_all, fan_out
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import Dispatch, RelayResponse, Upstream
-from sie_worker.http.request import json_object, model_in
+from sie_worker.http.request import json_object, read_payload
 
 __all__ = [
     "ROUTES",
@@ -123,10 +122,10 @@ async def list_devices(request: Request) -> Response:
 
 async def model_call(request: Request) -> Response:
     gateway = _gateway(request)
-    catalogue, fleet = gateway.catalogue, gateway.fleet
+    catalogue = gateway.catalogue
     rest: str = request.path_params["rest"]
     if request.method == "GET":
-        model = catalogue.resolve(rest, fleet.known_models())
+        model = gateway.model_id(rest)
         merged = merge_model_lists(await _ask_all(gateway, "/v1/models", request), ())
         for entry in merged["data"]:
             if entry.get("id") == model:
@@ -140,7 +139,7 @@ async def model_call(request: Request) -> Response:
     model, _, action = rest.rpartition("/")
     if action not in ("load", "unload", "pin", "unpin") or not model:
         raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{load,unload,pin,unpin}}")
-    model = catalogue.resolve(model, fleet.known_models())
+    model = gateway.model_id(model)
     body = await request.body()  # its size limit: RequestLimits
     if action in ("load", "pin"):
         return _route(gateway, request, body, model, None)
@@ -153,12 +152,10 @@ async def model_call(request: Request) -> Response:
 async def openai(request: Request) -> Response:
     gateway = _gateway(request)
     body = await request.body()  # its size limit: RequestLimits
-    payload = json_object(body)
-    model = model_in(payload)
-    known = gateway.fleet.known_models()
+    payload = read_payload(body)
+    model: str = payload["model"]
     # A LoRA adapter's request (model:adapter) goes where its base model is.
-    catalogue = gateway.catalogue
-    model = catalogue.base_of(catalogue.resolve(model, known), known)
+    model = gateway.catalogue.base_of(gateway.model_id(model), gateway.fleet.known_models())
     return _route(gateway, request, body, model, payload)
 
 
@@ -169,11 +166,7 @@ async def native(request: Request) -> Response:
     body = await request.body()  # its size limit: RequestLimits
     content_type = request.headers.get("content-type", "")
     payload = json_object(body) if "json" in content_type else None
-    known = gateway.fleet.known_models()
-    if kind == "generate":
-        model = decode_path_model(raw, gateway.catalogue, known)
-    else:
-        model = gateway.catalogue.resolve(raw, known)
+    model = gateway.model_id(raw, generate=kind == "generate")
     return _route(gateway, request, body, model, payload)
 
 

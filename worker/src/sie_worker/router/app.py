@@ -38,7 +38,7 @@ from sie_worker.http.app_shell import app_shell
 from sie_worker.http.fan_out import Target, ask_all, fan_out
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import Upstream
-from sie_worker.http.request import json_object, model_in
+from sie_worker.http.request import read_payload
 from sie_worker.http.transport import hop_client
 from sie_worker.router.merge import merge_devices, merge_models
 from sie_worker.router.metrics import RouterMetrics
@@ -191,14 +191,19 @@ class _Router:
 
     async def openai(self, request: Request) -> Response:
         upstream = await self._upstream(request, model=None)
-        payload = json_object(upstream.body)
-        model = model_in(payload)
-        prefix = prompt_blocks(self.settings.prefix, model, payload)
+        payload = read_payload(upstream.body)
+        model: str = payload["model"]
         named = named_slot(request, self.settings.slot_count)
+        prefix: tuple[int, ...] = ()
         if named is None:
             await self._first_poll()
+            known = self.table.known_models()
+            model = resolve_model_id(model, known) or model  # unknown: the slot says so
+            # Hashed with the served id (and its adapter): a prompt's blocks are the same
+            # whichever case the client wrote.
+            prefix = prompt_blocks(self.settings.prefix, model, payload)
             # A LoRA adapter's request (model:adapter) goes where its base model is.
-            split = split_model(model, self.table.known_models())
+            split = split_model(model, known)
             model = split[0] if split is not None else model
         upstream = Upstream(
             upstream.method, upstream.target, upstream.headers, upstream.body, model

@@ -1,4 +1,5 @@
-"""Which served model an SIE request names. Pure.
+"""Which served model a request names: the one model-id rule of the worker, the slot router
+and the gateway, for OpenAI bodies and SIE paths alike. Pure.
 
 sie-sdk puts the model in the path: raw for encode, score and ``GET /v1/models/{model}``
 (``BAAI/bge-m3``), with ``/`` written ``__`` for generate (``Qwen__Qwen3-4B``). Either may
@@ -7,7 +8,9 @@ end in ``:<profile>``, and encode, generate (``options.profile``) and score
 
 - the exact id first; ``<id>:default`` is ``<id>``;
 - for generate, then the id with ``__`` turned back into ``/``;
-- then a case-insensitive match, when exactly one served id matches;
+- then a case-insensitive match, when exactly one served id matches; several: 400
+  ``ambiguous_model`` naming them (:class:`~sie_worker.errors.AmbiguousModel`);
+- none: the caller answers 404 ``unknown_model``, the same code at every hop;
 - a profile in the body applies to an id that names none; naming two different
   profiles is refused.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from sie_worker.config.model import DEFAULT_PROFILE
-from sie_worker.errors import InvalidRequest
+from sie_worker.errors import AmbiguousModel, InvalidRequest
 
 __all__ = ["resolve_model_id", "with_profile"]
 
@@ -36,15 +39,19 @@ def with_profile(asked: str, profile: str | None, *, field: str = "options.profi
 
 
 def resolve_model_id(asked: str, known: Collection[str], *, generate: bool = False) -> str | None:
-    """The served id among ``known`` that ``asked`` names, or None."""
-    for candidate in _spellings(asked, generate):
+    """The served id among ``known`` that ``asked`` names, or None; :class:`AmbiguousModel`
+    when several match but only if case is ignored."""
+    spellings = _spellings(asked, generate)
+    for candidate in spellings:
         if candidate in known:
             return candidate
-    for candidate in _spellings(asked, generate):
+    for candidate in spellings:
         folded = candidate.casefold()
         matches = [k for k in known if k.casefold() == folded]
         if len(matches) == 1:
             return matches[0]
+        if matches:
+            raise AmbiguousModel.among(asked, matches)
     return None
 
 

@@ -32,6 +32,7 @@ from sie_worker.config.lora_choice import (
 from sie_worker.config.model import ServedModel
 from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.errors import InvalidRequest, ModelLoading, UnknownModel
+from sie_worker.http.request import read_payload
 from sie_worker.http.request_id import REQUEST_ID_HEADER
 from sie_worker.settings import Settings
 from sie_worker.sie_api.call import EngineCall
@@ -43,7 +44,7 @@ from sie_worker.sie_api.score import parse_score, score_call
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.proxy import forward, open_lease
 from sie_worker.worker.records import ModelRecord
-from sie_worker.worker.request import ENGINE_TASKS, load_wait, read_payload
+from sie_worker.worker.request import ENGINE_TASKS, load_wait
 
 __all__ = ["SIE_PATHS", "openai_request", "resolve_sie_model", "sie_request"]
 
@@ -60,6 +61,7 @@ async def openai_request(request: Request) -> Response:
     SGLang's ``<served id>:<adapter>``; the adapter it names (that suffix, SGLang's
     ``lora_path``, or sie-sdk's ``lora_adapter``) goes to the engine as ``lora_path``."""
     started = time.monotonic()
+    _manager(request).group.require_leader()
     return await _serve(request, started, openai=await request.body())
 
 
@@ -147,9 +149,9 @@ async def _serve(
     ``openai``: an OpenAI body (relayed unchanged when the served model is the one it
     names); ``sie``: an SIE request's record and engine call (its body is the engine's
     JSON, not the client's). The adapter a request names must be one of the served
-    model's. Ranks >= 1 of a group of nodes serve nobody (``not_leader``)."""
+    model's. Both routes refuse first on a rank >= 1 of a group of nodes (``not_leader``),
+    before reading the body."""
     manager = _manager(request)
-    manager.group.require_leader()
     if sie is None:
         asked, call, raw, param = _openai_call(request, manager, openai or b"")
     else:
