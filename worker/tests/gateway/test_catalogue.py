@@ -79,12 +79,3 @@ def test_a_name_that_two_served_ids_match_but_for_case_is_ambiguous(tmp_path: Pa
     assert gateway.model_id("org/m") == "org/m"
     with pytest.raises(AmbiguousModel, match="Org/M, org/m"):
         gateway.model_id("ORG/M")
-
-
-def test_a_lora_adapter_request_is_placed_as_its_base_model(tmp_path: Path) -> None:
-    catalogue = _catalogue(tmp_path)
-    assert catalogue.base_of("Qwen/Qwen2.5-7B:sql") == "Qwen/Qwen2.5-7B"
-    assert catalogue.base_of("Qwen/Qwen2.5-7B:fast") == "Qwen/Qwen2.5-7B:fast"  # a profile
-    assert catalogue.base_of("Qwen/Qwen2.5-7B:fast:sql") == "Qwen/Qwen2.5-7B:fast"
-    assert catalogue.base_of("org/unknown:sql") == "org/unknown:sql"
-    assert catalogue.base_of("pod/only:sql", known=["pod/only"]) == "pod/only"

@@ -13,7 +13,7 @@ answers ``unknown_model`` if not).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +21,6 @@ from sie_worker.config.adapters import UnknownAdapter, default_adapter_path, res
 from sie_worker.config.engine_families import bundle_engine, family_of
 from sie_worker.config.files.reader import load_config_dir
 from sie_worker.config.load.load_options import declared_width
-from sie_worker.config.lora_choice import split_model
 from sie_worker.config.model import ServedModel, served_models
 from sie_worker.config.widths import width_fits
 from sie_worker.errors import Problem
@@ -84,12 +83,6 @@ class Catalogue:
             for served in served_models(config):
                 models[served.id] = ModelInfo(served.id, served, declared_width(served))
         return cls(models, complete=True), problems
-
-    def base_of(self, model: str, known: Iterable[str] = ()) -> str:
-        """The model a request for ``model`` is placed as: the base of ``<base>:<adapter>``
-        (SGLang's LoRA form; a served id as written wins), else ``model`` itself."""
-        split = split_model(model, {*self.models, *known})
-        return split[0] if split is not None else model
 
     def fit(self, model: str, spec: PoolSpec) -> str | None:
         """None when the pool x bundle can serve ``model``, else why not (for ``no_pool``)."""

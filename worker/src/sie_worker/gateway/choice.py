@@ -20,38 +20,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sie_worker.backends.prefix import prompt_blocks
+from sie_worker.backends.routed import RoutedRequest
 from sie_worker.config.widths import width_fits
 from sie_worker.errors import NoPool, UnknownModel, UnknownPool
 from sie_worker.gateway.catalogue import Catalogue
 from sie_worker.gateway.pools import PoolKey, PoolSpec
 from sie_worker.gateway.state import Fleet
 
-__all__ = [
-    "SESSION_FIELDS",
-    "Selection",
-    "model_width",
-    "select_pools",
-    "selection",
-    "session_key",
-]
-
-# Where a session key comes from, after the X-Session-Id header: JSON body fields.
-SESSION_FIELDS = ("user", "prompt_cache_key", "routing_key")
+__all__ = ["Selection", "model_width", "select_pools", "selection"]
 
 
 def selection(
     specs: Sequence[PoolSpec],
     catalogue: Catalogue,
     fleet: Fleet,
-    model: str,
+    request: RoutedRequest,
     headers: Mapping[str, str],
-    payload: Mapping[str, Any] | None,
 ) -> Selection:
-    """Everything routing needs of a request for ``model`` (raises the refusals of
-    :func:`select_pools`)."""
+    """Everything routing needs of a request (raises the refusals of :func:`select_pools`)."""
+    model = request.model or ""
     width = model_width(catalogue, fleet, model)
     groups = select_pools(
         specs,
@@ -62,8 +50,7 @@ def selection(
         pool=headers.get("x-sie-pool"),
         profile=headers.get("x-sie-machine-profile"),
     )
-    blocks = prompt_blocks(fleet.settings.prefix, model, payload)
-    return Selection(model, width, tuple(groups), session_key(headers, payload), blocks)
+    return Selection(model, width, tuple(groups), request.session, request.prefix)
 
 
 def model_width(catalogue: Catalogue, fleet: Fleet, model: str) -> int:
@@ -72,21 +59,6 @@ def model_width(catalogue: Catalogue, fleet: Fleet, model: str) -> int:
     if info is not None:
         return info.width
     return fleet.width_of(model) or 1
-
-
-def session_key(headers: Mapping[str, str], payload: Mapping[str, Any] | None) -> str | None:
-    """``X-Session-Id``, else the first of :data:`SESSION_FIELDS` in the JSON body that is
-    a nonempty string."""
-    header = headers.get("x-session-id", "").strip()
-    if header:
-        return header
-    if payload is None:
-        return None
-    for name in SESSION_FIELDS:
-        value = payload.get(name)
-        if isinstance(value, str) and value:
-            return f"{name}:{value}"
-    return None
 
 
 @dataclass(frozen=True)

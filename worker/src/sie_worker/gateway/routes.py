@@ -12,7 +12,6 @@ shape, ``/v1/models`` and ``/v1/devices`` the union over the pods.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
 from typing import Any
 
 import httpx
@@ -21,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sie_worker.backends.routed import RoutedRequest, read_routed, request_target
 from sie_worker.errors import (
     EngineUnavailable,
     MethodNotAllowed,
@@ -29,27 +29,23 @@ from sie_worker.errors import (
 )
 from sie_worker.gateway.choice import selection
 from sie_worker.gateway.health import cluster_health, merge_model_lists
-from sie_worker.gateway.policy import Decision
-from sie_worker.gateway.pools import PoolKey
-from sie_worker.gateway.routing import PodDispatch
+from sie_worker.gateway.routing import OnePod, PodChoice
 from sie_worker.gateway.service import Gateway
 from sie_worker.gateway.state import PodState
 from sie_worker.http.fan_out import Target, ask_all, fan_out
 from sie_worker.http.headers import forward_headers
-from sie_worker.http.relay import Dispatch, RelayResponse, Upstream
-from sie_worker.http.request import json_object, read_payload
+from sie_worker.http.relay import RelayResponse
 
 __all__ = [
     "ROUTES",
     "configs",
     "health",
     "healthz",
+    "inference",
     "list_devices",
     "list_models",
     "metrics",
     "model_call",
-    "native",
-    "openai",
     "readyz",
 ]
 
@@ -142,32 +138,19 @@ async def model_call(request: Request) -> Response:
     model = gateway.model_id(model)
     body = await request.body()  # its size limit: RequestLimits
     if action in ("load", "pin"):
-        return _route(gateway, request, body, model, None)
+        return _route(gateway, request, _upstream(request, body, model))
     return await _fan_out_to_holders(gateway, request, body, model)
 
 
 # -- requests that name a model --------------------------------------------------------
 
 
-async def openai(request: Request) -> Response:
+async def inference(request: Request) -> Response:
+    """An OpenAI request or an SIE-native one (model in the path): the gateway's one
+    request path, parse (and resolve) -> choose (pools, then a pod, holding) -> relay."""
     gateway = _gateway(request)
-    body = await request.body()  # its size limit: RequestLimits
-    payload = read_payload(body)
-    model: str = payload["model"]
-    # A LoRA adapter's request (model:adapter) goes where its base model is.
-    model = gateway.catalogue.base_of(gateway.model_id(model), gateway.fleet.known_models())
-    return _route(gateway, request, body, model, payload)
-
-
-async def native(request: Request) -> Response:
-    gateway = _gateway(request)
-    raw: str = request.path_params["model"]
-    kind = request.scope["path"].split("/")[2]
-    body = await request.body()  # its size limit: RequestLimits
-    content_type = request.headers.get("content-type", "")
-    payload = json_object(body) if "json" in content_type else None
-    model = gateway.model_id(raw, generate=kind == "generate")
-    return _route(gateway, request, body, model, payload)
+    routed = await read_routed(request, gateway.known_ids(), gateway.settings.prefix)
+    return _route(gateway, request, routed)
 
 
 async def configs(request: Request) -> Response:
@@ -182,21 +165,12 @@ async def configs(request: Request) -> Response:
     if not pods:
         raise EngineUnavailable("no pod is ready to answer the Config API")
     pod = min(pods, key=lambda p: (p.outstanding, p.name))
-    upstream = _upstream(request, b"", None)
-
-    async def route(exclude: frozenset[Hashable], hold: bool) -> Dispatch:
-        if pod.name in exclude:
-            raise EngineUnavailable(f"pod {pod.name} ({pod.url}) is not answering")
-        return PodDispatch.of(
-            gateway.fleet, pod, Decision(pod.key, pod.name, "least_outstanding"), None
-        )
-
-    return RelayResponse(upstream, route, gateway.limits)
+    return RelayResponse(_upstream(request, b"", None), OnePod(gateway.fleet, pod), gateway.limits)
 
 
 ROUTES = [
     # The hot routes first: Starlette tries routes in order, and these paths are exact.
-    *[Route(p, openai, methods=["POST"]) for p in _OPENAI_PATHS],
+    *[Route(p, inference, methods=["POST"]) for p in _OPENAI_PATHS],
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
@@ -204,7 +178,7 @@ ROUTES = [
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/devices", list_devices, methods=["GET"]),
     Route("/v1/models/{rest:path}", model_call, methods=["GET", "POST"]),
-    *[Route(f"/v1/{kind}/{{model:path}}", native, methods=["POST"]) for kind in _NATIVE],
+    *[Route(f"/v1/{kind}/{{model:path}}", inference, methods=["POST"]) for kind in _NATIVE],
     Route("/v1/configs", configs, methods=["GET", "PUT", "DELETE"]),
     Route("/v1/configs/{rest:path}", configs, methods=["GET", "PUT", "DELETE"]),
 ]
@@ -213,40 +187,19 @@ ROUTES = [
 # -- helpers ---------------------------------------------------------------------------
 
 
-def _route(
-    gateway: Gateway, request: Request, body: bytes, model: str, payload: dict[str, Any] | None
-) -> Response:
-    """Relay a request for ``model`` to the pod the gateway picks (holding, retrying)."""
-    chosen = selection(
-        gateway.specs, gateway.catalogue, gateway.fleet, model, request.headers, payload
+def _route(gateway: Gateway, request: Request, routed: RoutedRequest) -> Response:
+    """Relay a request that names a model to the pod the gateway picks (holding, retrying)."""
+    chosen = selection(gateway.specs, gateway.catalogue, gateway.fleet, routed, request.headers)
+    choice = PodChoice(gateway.holder, chosen, routed.model, gateway.gauges)
+    return RelayResponse(
+        routed, choice, gateway.limits, on_done=choice.observe, arrived=time.monotonic()
     )
-    upstream = _upstream(request, body, model)
-    picked: list[PoolKey] = []
-
-    async def route(exclude: frozenset[Hashable], hold: bool) -> Dispatch:
-        pod, decision = await gateway.holder.pick(chosen, exclude, hold)
-        picked.append(pod.key)
-        return PodDispatch.of(gateway.fleet, pod, decision, model)
-
-    def done(seconds: float) -> None:
-        key = picked[-1] if picked else chosen.groups[0]
-        gateway.gauges.duration_of(key.pool, key.bundle).observe(seconds)
-
-    return RelayResponse(upstream, route, gateway.limits, on_done=done, arrived=time.monotonic())
 
 
-def _upstream(request: Request, body: bytes, model: str | None) -> Upstream:
+def _upstream(request: Request, body: bytes, model: str | None) -> RoutedRequest:
+    """A request routed without reading its body (model calls, configs)."""
     headers = forward_headers(request.scope["headers"])  # X-Request-Id: see RequestId
-    raw_path: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
-    target = raw_path.decode("latin-1").split("?", 1)[0]
-    query = request.scope.get("query_string", b"").decode("latin-1")
-    return Upstream(
-        method=request.method,
-        target=f"{target}?{query}" if query else target,
-        headers=headers,
-        body=body,
-        model=model,
-    )
+    return RoutedRequest(request.method, request_target(request), headers, body, model)
 
 
 def _target(pod: PodState) -> Target:
@@ -278,9 +231,8 @@ async def _fan_out_to_holders(
     gateway: Gateway, request: Request, body: bytes, model: str
 ) -> Response:
     """unload / unpin on every ready pod that has the model (in the pools allowed)."""
-    chosen = selection(
-        gateway.specs, gateway.catalogue, gateway.fleet, model, request.headers, None
-    )
+    routed = _upstream(request, body, model)
+    chosen = selection(gateway.specs, gateway.catalogue, gateway.fleet, routed, request.headers)
     holders = sorted(
         (
             p

@@ -29,7 +29,7 @@ from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.gateway.state import Fleet
 from sie_worker.http.relay import RelayLimits
 from sie_worker.http.transport import hop_client
-from sie_worker.sie_api.ids import resolve_model_id
+from sie_worker.sie_api.ids import AnyOf, served_or_asked
 
 __all__ = ["Gateway"]
 
@@ -74,19 +74,14 @@ class Gateway:
     def client(self) -> httpx.AsyncClient:
         return self.calls.client
 
+    def known_ids(self) -> AnyOf:
+        """The model ids this gateway knows: the shipped configs' and what its pods list."""
+        return AnyOf(self.catalogue.models, self.fleet.known_models())
+
     def model_id(self, asked: str, *, generate: bool = False) -> str:
-        """The model a request names, by the one model-id rule (:mod:`sie_worker.sie_api.ids`)
-        over the shipped configs and what the pods list; unknown: as asked (without
-        ``:default``; generate's ``__`` as ``/``), for :func:`~.choice.select_pools` to refuse
-        or the pods to answer."""
-        models, listed = self.catalogue.models, self.fleet.known_models()
-        if asked in models or asked in listed:
-            return asked  # the usual case, without building the union
-        found = resolve_model_id(asked, {*models, *listed}, generate=generate)
-        if found is not None:
-            return found
-        bare = asked.removesuffix(":default")
-        return bare.replace("__", "/") if generate else bare
+        """The model a request names, by the one model-id rule (:mod:`sie_worker.sie_api.ids`);
+        unknown: as asked, for :func:`~.choice.select_pools` to refuse or the pods to answer."""
+        return served_or_asked(asked, self.known_ids(), generate=generate)
 
     def drain(self) -> None:
         """Answer held requests at once (503 provisioning) and report not ready."""

@@ -12,8 +12,7 @@ with SIE's ``models`` list merged too).
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -27,10 +26,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sie_worker.backends.hop import OwnCalls
-from sie_worker.backends.prefix import prompt_blocks
-from sie_worker.config.lora_choice import split_model
+from sie_worker.backends.routed import read_routed
 from sie_worker.errors import (
-    EngineUnavailable,
     NotFound,
     UnknownModel,
 )
@@ -38,12 +35,11 @@ from sie_worker.http.app_shell import app_shell
 from sie_worker.http.fan_out import Target, ask_all, fan_out
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import Upstream
-from sie_worker.http.request import read_payload
 from sie_worker.http.transport import hop_client
+from sie_worker.router.choice import AnySlot, ByPolicy, ChooseSlot, NamedSlot, no_slot
 from sie_worker.router.merge import merge_devices, merge_models
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.model_server_metrics import pod_series
-from sie_worker.router.policy import Decision
 from sie_worker.router.relay import SlotRelayResponse
 from sie_worker.router.request import SLOT_HEADER, named_slot, request_target
 from sie_worker.router.settings import RouterSettings
@@ -57,7 +53,6 @@ _OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 # SIE's native routes; the model is in the path ('/' written '__' for generate).
 _SIE_PATHS = ("/v1/encode/{model:path}", "/v1/score/{model:path}", "/v1/generate/{model:path}")
 _ACTIONS = ("load", "unload", "pin", "unpin")
-_Pick = Callable[[frozenset[int], bool], Awaitable[Decision]]  # slot choice: slots to avoid, hold
 
 
 def build_client(settings: RouterSettings) -> httpx.AsyncClient:
@@ -75,14 +70,14 @@ def create_router_app(
     router = _Router(settings, client, policy)
     routes = [
         # The hot routes first: Starlette tries routes in order, and these paths are exact.
-        *[Route(p, router.openai, methods=["POST"]) for p in _OPENAI_PATHS],
+        *[Route(p, router.inference, methods=["POST"]) for p in _OPENAI_PATHS],
         Route("/healthz", router.healthz, methods=["GET"]),
         Route("/readyz", router.readyz, methods=["GET"]),
         Route("/metrics", router.metrics, methods=["GET"]),
         Route("/v1/models", router.list_models, methods=["GET"]),
         Route("/v1/devices", router.list_devices, methods=["GET"]),
         Route("/v1/models/{rest:path}", router.model_call, methods=["GET", "POST"]),
-        *[Route(p, router.sie, methods=["POST"]) for p in _SIE_PATHS],
+        *[Route(p, router.inference, methods=["POST"]) for p in _SIE_PATHS],
         Route("/v1/configs", router.configs, methods=["GET"]),
         Route("/v1/configs/{rest:path}", router.configs, methods=["GET", "PUT", "DELETE"]),
         Route("/v1/{rest:path}", router.passthrough, methods=["GET", "POST", "PUT", "DELETE"]),
@@ -164,15 +159,15 @@ class _Router:
         loads = action in ("load", "pin")
         upstream = await self._upstream(request, model=model if loads else None)
         if named is not None:
-            return self._relay(upstream, self._to_named(named))
+            return self._relay(upstream, NamedSlot(self.table, named))
         await self._first_poll()
         if action != "load":
             holders = self._holders(model, pinned_only=action == "unpin")
             if holders:
                 return await self._fan_out(upstream, holders)
             if action != "pin":
-                return self._relay(upstream, self._to_any)
-        return self._relay(upstream, self._by_policy(model))
+                return self._relay(upstream, AnySlot(self.table))
+        return self._relay(upstream, ByPolicy(self.table, model))
 
     async def _get_model(self, model: str, request: Request) -> Response:
         answers = await self._ask_all("/v1/models", request)
@@ -189,117 +184,47 @@ class _Router:
 
     # -- OpenAI requests and the rest ----------------------------------------------------
 
-    async def openai(self, request: Request) -> Response:
-        upstream = await self._upstream(request, model=None)
-        payload = read_payload(upstream.body)
-        model: str = payload["model"]
+    async def inference(self, request: Request) -> Response:
+        """An OpenAI request or an SIE one (model in the path): the router's one request
+        path, parse (and resolve) -> choose -> relay."""
         named = named_slot(request, self.settings.slot_count)
-        prefix: tuple[int, ...] = ()
         if named is None:
-            await self._first_poll()
-            known = self.table.known_models()
-            model = resolve_model_id(model, known) or model  # unknown: the slot says so
-            # Hashed with the served id (and its adapter): a prompt's blocks are the same
-            # whichever case the client wrote.
-            prefix = prompt_blocks(self.settings.prefix, model, payload)
-            # A LoRA adapter's request (model:adapter) goes where its base model is.
-            split = split_model(model, known)
-            model = split[0] if split is not None else model
-        upstream = Upstream(
-            upstream.method, upstream.target, upstream.headers, upstream.body, model
+            await self._first_poll()  # the ids the slots serve, to resolve the model
+        routed = await read_routed(
+            request,
+            self.table.known_models(),
+            self.settings.prefix,
+            target=request_target(request),
         )
         if named is not None:
-            return self._relay(upstream, self._to_named(named))
-        return self._relay(upstream, self._by_policy(model, prefix))
-
-    async def sie(self, request: Request) -> Response:
-        """An SIE request: routed like an OpenAI one, by the model its path names."""
-        generate = request.url.path.startswith("/v1/generate/")
-        await self._first_poll()
-        asked = request.path_params["model"]
-        known = self.table.known_models()
-        model = resolve_model_id(asked, known, generate=generate) or asked
-        upstream = await self._upstream(request, model=None)
-        upstream = Upstream(
-            upstream.method, upstream.target, upstream.headers, upstream.body, model
-        )
-        named = named_slot(request, self.settings.slot_count)
-        if named is not None:
-            return self._relay(upstream, self._to_named(named))
-        return self._relay(upstream, self._by_policy(model))
+            return self._relay(routed, NamedSlot(self.table, named))
+        return self._relay(routed, ByPolicy(self.table, routed.model or "", routed.prefix))
 
     async def configs(self, request: Request) -> Response:
         named = named_slot(request, self.settings.slot_count)
         upstream = await self._upstream(request, model=None)
         if named is not None:
-            return self._relay(upstream, self._to_named(named))
+            return self._relay(upstream, NamedSlot(self.table, named))
         await self._first_poll()
         if request.method == "GET":
-            return self._relay(upstream, self._to_any)
+            return self._relay(upstream, AnySlot(self.table))
         # Every slot serves the same config set, so writes go to all that answer.
         up = [s.index for s in self.table.slots if s.up]
         if not up:
-            raise self._no_slot()
+            raise no_slot(self.table)
         return await self._fan_out(upstream, up)
 
     async def passthrough(self, request: Request) -> Response:
         named = named_slot(request, self.settings.slot_count)
         upstream = await self._upstream(request, model=None)
         await self._first_poll()
-        route = self._to_named(named) if named is not None else self._to_any
-        return self._relay(upstream, route)
+        pick = NamedSlot(self.table, named) if named is not None else AnySlot(self.table)
+        return self._relay(upstream, pick)
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _relay(self, upstream: Upstream, route: _Pick) -> Response:
-        return SlotRelayResponse(self.table, upstream, route)
-
-    def _by_policy(self, model: str, prefix: tuple[int, ...] = ()) -> _Pick:
-        async def route(exclude: frozenset[int], hold: bool) -> Decision:
-            deadline = time.monotonic() + self.settings.queue_timeout_s
-            queued = False
-            try:
-                while True:
-                    decision = self.table.decide(model, exclude=exclude, prefix=prefix)
-                    if decision is None:
-                        raise self._no_slot()
-                    if decision.reason != "wait":
-                        self.table.sent(decision.slot, prefix)
-                        return decision
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not hold:
-                        self.table.sent(decision.slot, prefix)
-                        return Decision(decision.slot, "least_outstanding")
-                    if not queued:
-                        self.table.metrics.queued.inc()
-                        queued = True
-                    with anyio.move_on_after(remaining):
-                        await self.table.changed()
-            finally:
-                if queued:
-                    self.table.metrics.queued.dec()
-
-        return route
-
-    async def _to_any(self, exclude: frozenset[int], hold: bool) -> Decision:
-        candidates = [s for s in self.table.slots if s.up and s.index not in exclude]
-        if not candidates:
-            raise self._no_slot()
-        best = min(candidates, key=lambda s: (s.outstanding, s.index))
-        return Decision(best.index, "least_outstanding")
-
-    def _to_named(self, slot: int) -> _Pick:
-        async def route(exclude: frozenset[int], hold: bool) -> Decision:
-            state = self.table.slots[slot]
-            # A named slot is tried unless it is out of rotation: one slow first poll
-            # does not make a slot "not answering" (three in a row, or a refusal, do).
-            if slot in exclude or state.down:
-                raise EngineUnavailable(
-                    f"slot {slot} ({state.url}) is not answering: {state.last_error}"
-                )
-            return Decision(slot, "named_slot")
-
-        return route
+    def _relay(self, upstream: Upstream, pick: ChooseSlot) -> Response:
+        return SlotRelayResponse(self.table, upstream, pick)
 
     def _holders(self, model: str, *, pinned_only: bool) -> list[int]:
         holders = []
@@ -310,13 +235,6 @@ class _Router:
             if entry.pinned if pinned_only else entry.state in ("ready", "loading"):
                 holders.append(view.index)
         return holders
-
-    def _no_slot(self) -> EngineUnavailable:
-        detail = "; ".join(
-            f"slot {s.index} ({s.url}): {s.last_error or 'not polled yet'}"
-            for s in self.table.slots
-        )
-        return EngineUnavailable(f"no slot of this pod is answering ({detail})")
 
     async def _first_poll(self) -> None:
         """Right after start, wait (bounded) until every slot was polled once."""

@@ -17,12 +17,12 @@ end in ``:<profile>``, and encode, generate (``options.profile``) and score
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from sie_worker.config.model import DEFAULT_PROFILE
 from sie_worker.errors import AmbiguousModel, InvalidRequest
 
-__all__ = ["resolve_model_id", "with_profile"]
+__all__ = ["AnyOf", "resolve_model_id", "served_or_asked", "with_profile"]
 
 
 def with_profile(asked: str, profile: str | None, *, field: str = "options.profile") -> str:
@@ -62,3 +62,38 @@ def _spellings(asked: str, generate: bool) -> list[str]:
     if generate:
         spellings += [s.replace("__", "/") for s in (asked, bare)]
     return list(dict.fromkeys(spellings))
+
+
+def served_or_asked(asked: str, known: Collection[str], *, generate: bool = False) -> str:
+    """The served id ``asked`` names among ``known`` (:func:`resolve_model_id`); unknown:
+    as asked, without ``:default`` (generate: ``__`` as ``/``), for the hop that knows
+    every id (a worker, or a gateway with the shipped configs) to answer ``unknown_model``."""
+    if asked in known:
+        return asked  # the usual case
+    found = resolve_model_id(asked, known, generate=generate)
+    if found is not None:
+        return found
+    bare = asked.removesuffix(":" + DEFAULT_PROFILE)
+    return bare.replace("__", "/") if generate else bare
+
+
+class AnyOf(Collection[str]):
+    """The ids of several collections as one, without copying them (the gateway's shipped
+    configs and what its pods list)."""
+
+    def __init__(self, *parts: Collection[str]) -> None:
+        self.parts = parts
+
+    def __contains__(self, item: object) -> bool:
+        return any(item in part for part in self.parts)
+
+    def __iter__(self) -> Iterator[str]:
+        seen: set[str] = set()
+        for part in self.parts:
+            for item in part:
+                if item not in seen:
+                    seen.add(item)
+                    yield item
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
