@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -32,7 +31,7 @@ from sie_worker.gateway.health import cluster_health, merge_model_lists
 from sie_worker.gateway.routing import OnePod, PodChoice
 from sie_worker.gateway.service import Gateway
 from sie_worker.gateway.state import PodState
-from sie_worker.http.fan_out import Target, ask_all, fan_out
+from sie_worker.http.fan_out import Target
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import RelayResponse
 
@@ -101,12 +100,12 @@ async def health(request: Request) -> Response:
 
 async def list_models(request: Request) -> Response:
     gateway = _gateway(request)
-    answers = await _ask_all(gateway, "/v1/models", request)
+    answers = await _answers_by_pod(gateway, "/v1/models", request)
     return JSONResponse(merge_model_lists(answers, gateway.catalogue.models))
 
 
 async def list_devices(request: Request) -> Response:
-    answers = await _ask_all(_gateway(request), "/v1/devices", request)
+    answers = await _answers_by_pod(_gateway(request), "/v1/devices", request)
     devices = [
         {**labels, **d}
         for labels, body in answers
@@ -122,7 +121,7 @@ async def model_call(request: Request) -> Response:
     rest: str = request.path_params["rest"]
     if request.method == "GET":
         model = gateway.model_id(rest)
-        merged = merge_model_lists(await _ask_all(gateway, "/v1/models", request), ())
+        merged = merge_model_lists(await _answers_by_pod(gateway, "/v1/models", request), ())
         for entry in merged["data"]:
             if entry.get("id") == model:
                 sie: dict[str, Any] = next(
@@ -206,21 +205,17 @@ def _target(pod: PodState) -> Target:
     return Target(f"pod {pod.name}", pod.name, pod.url, pod.wake.set)
 
 
-async def _ask_all(
+async def _answers_by_pod(
     gateway: Gateway, path: str, request: Request
 ) -> list[tuple[dict[str, str], Any]]:
-    """GET ``path`` from every ready pod at once; pods that fail are left out."""
-    headers = {
-        k: v for k, v in forward_headers(request.scope["headers"]) if k.lower() == "authorization"
-    }
+    """Every ready pod's answer to ``path``, with its pool, bundle and name."""
     pods = sorted(
         (p for g in gateway.fleet.groups.values() for p in g.routable()),
         key=lambda p: (p.key.pool, p.key.bundle, p.name),
     )
     keys = {p.name: p.key for p in pods}
-    answers = await ask_all(
-        gateway.client, [_target(p) for p in pods], path, headers, gateway.settings.poll_timeout_s
-    )
+    targets = [_target(p) for p in pods]
+    answers = await gateway.calls.ask_all(targets, path, request.scope["headers"])
     return [
         ({"pool": keys[t.label].pool, "bundle": keys[t.label].bundle, "pod": t.label}, body)
         for t, body in answers
@@ -244,8 +239,4 @@ async def _fan_out_to_holders(
     )
     if not holders:
         return JSONResponse({"id": model, "state": "unloaded", "pods": []})
-    settings = gateway.settings
-    limits = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
-    targets = [_target(p) for p in holders]
-    upstream = _upstream(request, body, model)
-    return await fan_out(gateway.client, upstream, targets, header="x-sie-pod", limits=limits)
+    return await gateway.calls.fan_out(routed, [_target(p) for p in holders], "x-sie-pod")

@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 
 import anyio
 import httpx
@@ -63,9 +64,7 @@ class Gateway:
             resume_max=settings.resume_max,
             on_resume=self.gauges.resumed,
         )
-        self.calls = OwnCalls(
-            client, lambda: hop_client(httpx.Timeout(settings.poll_timeout_s)), "gateway"
-        )
+        self.calls = OwnCalls(client, partial(_build_client, settings), "gateway", settings)
         self.kube = kube
         self.local: LocalDiscovery | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -120,3 +119,8 @@ class Gateway:
                 finally:
                     self.holder.drain()
                     tg.cancel_scope.cancel()
+
+
+def _build_client(settings: GatewaySettings) -> httpx.AsyncClient:
+    """The client of the gateway's own calls to its pods: polls, fan-outs, merged views."""
+    return hop_client(httpx.Timeout(settings.poll_timeout_s))

@@ -32,7 +32,7 @@ from sie_worker.errors import (
     UnknownModel,
 )
 from sie_worker.http.app_shell import app_shell
-from sie_worker.http.fan_out import Target, ask_all, fan_out
+from sie_worker.http.fan_out import Target
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import Upstream
 from sie_worker.http.transport import hop_client
@@ -96,7 +96,7 @@ class _Router:
     ) -> None:
         self.settings = settings
         self.table = SlotTable(settings, RouterMetrics(settings.slot_count), policy=policy)
-        self.calls = OwnCalls(client, partial(build_client, settings), "router")
+        self.calls = OwnCalls(client, partial(build_client, settings), "router", settings)
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -134,7 +134,7 @@ class _Router:
     # -- merged views --------------------------------------------------------------------
 
     async def list_models(self, request: Request) -> Response:
-        answers = await self._ask_all("/v1/models", request)
+        answers = await self._answers_by_slot("/v1/models", request)
         infos = merge_model_infos(
             a["models"] for a in answers.values() if isinstance(a.get("models"), list)
         )
@@ -142,7 +142,7 @@ class _Router:
         return JSONResponse({**body, "slots": self._slot_summaries()})
 
     async def list_devices(self, request: Request) -> Response:
-        answers = await self._ask_all("/v1/devices", request)
+        answers = await self._answers_by_slot("/v1/devices", request)
         return JSONResponse({"devices": merge_devices(answers), "slots": self._slot_summaries()})
 
     # -- model calls ---------------------------------------------------------------------
@@ -164,13 +164,13 @@ class _Router:
         if action != "load":
             holders = self._holders(model, pinned_only=action == "unpin")
             if holders:
-                return await self._fan_out(upstream, holders)
+                return await self.calls.fan_out(upstream, self._targets(holders), SLOT_HEADER)
             if action != "pin":
                 return self._relay(upstream, AnySlot(self.table))
         return self._relay(upstream, ByPolicy(self.table, model))
 
     async def _get_model(self, model: str, request: Request) -> Response:
-        answers = await self._ask_all("/v1/models", request)
+        answers = await self._answers_by_slot("/v1/models", request)
         entries = {e["id"]: e for e in merge_models(answers)}
         model_id = resolve_model_id(model, entries)
         if model_id is None:
@@ -212,7 +212,7 @@ class _Router:
         up = [s.index for s in self.table.slots if s.up]
         if not up:
             raise no_slot(self.table)
-        return await self._fan_out(upstream, up)
+        return await self.calls.fan_out(upstream, self._targets(up), SLOT_HEADER)
 
     async def passthrough(self, request: Request) -> Response:
         named = named_slot(request, self.settings.slot_count)
@@ -264,28 +264,10 @@ class _Router:
             for i in sorted(slots)
         ]
 
-    async def _fan_out(self, upstream: Upstream, slots: list[int]) -> Response:
-        """A call to several slots at once: the first failure, else the first answer."""
-        settings = self.settings
-        timeout = httpx.Timeout(
-            connect=settings.connect_timeout_s,
-            read=settings.read_timeout_s,
-            write=settings.read_timeout_s,
-            pool=settings.connect_timeout_s,
-        )
-        return await fan_out(
-            self.client, upstream, self._targets(slots), header=SLOT_HEADER, limits=timeout
-        )
-
-    async def _ask_all(self, path: str, request: Request) -> dict[int, Any]:
-        """GET ``path`` from every answering slot at once; slots that fail are left out."""
-        headers = {
-            k: v
-            for k, v in forward_headers(request.scope["headers"])
-            if k.lower() == "authorization"
-        }
+    async def _answers_by_slot(self, path: str, request: Request) -> dict[int, Any]:
+        """Every answering slot's answer to ``path``, by slot."""
         targets = self._targets([s.index for s in self.table.slots if s.up])
-        answers = await ask_all(self.client, targets, path, headers, self.settings.poll_timeout_s)
+        answers = await self.calls.ask_all(targets, path, request.scope["headers"])
         return {int(target.label): body for target, body in answers}
 
     def _slot_summaries(self) -> list[dict[str, Any]]:
