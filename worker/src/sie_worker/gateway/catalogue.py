@@ -84,21 +84,26 @@ class Catalogue:
                 models[served.id] = ModelInfo(served.id, served, declared_width(served))
         return cls(models, complete=True), problems
 
-    def fit(self, model: str, spec: PoolSpec) -> str | None:
-        """None when the pool x bundle can serve ``model``, else why not (for ``no_pool``)."""
+    def fit(self, model: str, spec: PoolSpec, width: int | None = None) -> str | None:
+        """None when the pool x bundle can serve ``model``, else why not (for ``no_pool``):
+        its bundle must run the model's adapter (shipped models) and its slots be as wide as
+        the model (its config's width, else ``width``: the widest its pods list). The one
+        check of both: a slot narrower than the model refuses it at load."""
+        where = f"pool {spec.pool}, bundle {spec.bundle}"
         info = self.models.get(model)
-        if info is None:
-            return None  # not shipped: the pods say (unknown_model) when they do not have it
-        served = info.served
-        adapter = served.profile.adapter_path or default_adapter_path(
-            bundle_engine(spec.bundle), served.config.tasks
-        )
-        why = bundle_runs(adapter, spec.bundle)
-        if why is not None:
-            return f"pool {spec.pool}, bundle {spec.bundle}: {why}"
-        if not width_fits(info.width, spec.slot_width):
-            return (
-                f"pool {spec.pool}, bundle {spec.bundle}: the model needs {info.width} GPUs per "
-                f"slot (tensor_parallel_size) and the pool's slots have {spec.slot_width}"
+        source = ""
+        if info is not None:
+            served = info.served
+            adapter = served.profile.adapter_path or default_adapter_path(
+                bundle_engine(spec.bundle), served.config.tasks
             )
-        return None
+            why = bundle_runs(adapter, spec.bundle)
+            if why is not None:
+                return f"{where}: {why}"
+            width, source = info.width, " (tensor_parallel_size)"
+        if width is not None and not width_fits(width, spec.slot_width):
+            return (
+                f"{where}: the model needs {width} GPUs per slot{source} and the pool's "
+                f"slots have {spec.slot_width}"
+            )
+        return None  # not shipped, wide enough: the pods say (unknown_model) if not theirs

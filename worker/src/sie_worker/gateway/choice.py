@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sie_worker.backends.routed import RoutedRequest
-from sie_worker.config.widths import width_fits
 from sie_worker.errors import NoPool, UnknownModel, UnknownPool
 from sie_worker.gateway.catalogue import Catalogue
 from sie_worker.gateway.pools import PoolKey, PoolSpec
@@ -134,15 +133,9 @@ def select_pools(
     eligible: list[PoolKey] = []
     reasons: list[str] = []
     for spec in candidates:
-        why = catalogue.fit(model, spec)
+        why = catalogue.fit(model, spec, width)  # whatever its pods list
         listed = listings.get(spec.key)
         unlisted = listed is not None and model not in listed
-        if why is None and not width_fits(width, spec.slot_width):
-            # Whatever its pods list: a slot narrower than the model refuses it at load.
-            why = (
-                f"pool {spec.pool}, bundle {spec.bundle}: the model needs {width} GPUs per "
-                f"slot and the pool's slots have {spec.slot_width}"
-            )
         if why is None and model not in catalogue.models and unlisted:
             why = f"pool {spec.pool}, bundle {spec.bundle}: its pods do not serve {model}"
         if why is None:

@@ -132,6 +132,7 @@ def tier_of(pod: PodLike, model: str, width: int) -> int:
 
 
 def fits(pod: PodLike, cap: int, slot_target: int) -> bool:
+    """Within the load bound: below ``slot_target`` per slot, or one more within ``cap``."""
     return pod.outstanding < pod.slots * slot_target or pod.outstanding + 1 <= cap
 
 
@@ -152,7 +153,7 @@ def choose(
     prefix: PrefixPick | None = None,
 ) -> Decision | None:
     """The pod for one request, or None when no group has a candidate (hold the request)."""
-    # One pass per group: each candidate's tier is computed once (this runs per request).
+    # One pass per group: each candidate's tier and fit are computed once.
     cached: set[tuple[Hashable, str]] = set()  # where the prefix rule may send it
     best_rank: tuple[int, float, int] | None = None
     best: tuple[GroupView, list[tuple[PodLike, int, bool]]] | None = None
@@ -176,18 +177,8 @@ def choose(
         rated: list[tuple[PodLike, int, bool]] = []
         tier = 4
         for p in candidates:
-            load = p.outstanding
-            fit = load < p.slots * slot_target or load + 1 <= cap
-            state = p.models.get(model)
-            t = (
-                0
-                if state == "ready"
-                else 1
-                if state == "loading"
-                else 2
-                if p.free_run >= width
-                else 3
-            )
+            fit = fits(p, cap, slot_target)
+            t = tier_of(p, model, width)
             rated.append((p, t, fit))
             if fit and t < tier:
                 tier = t
