@@ -145,8 +145,8 @@ async def model_call(request: Request) -> Response:
 
 
 async def inference(request: Request) -> Response:
-    """An OpenAI request or an SIE-native one (model in the path): the gateway's one
-    request path, parse (and resolve) -> choose (pools, then a pod, holding) -> relay."""
+    # An OpenAI request or an SIE-native one (model in the path): the gateway's one
+    # request path, parse (and resolve) -> choose (pools, then a pod, holding) -> relay.
     gateway = _gateway(request)
     routed = await read_routed(request, gateway.known_ids(), gateway.settings.prefix)
     return _route(gateway, request, routed)

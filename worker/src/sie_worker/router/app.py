@@ -185,8 +185,8 @@ class _Router:
     # -- OpenAI requests and the rest ----------------------------------------------------
 
     async def inference(self, request: Request) -> Response:
-        """An OpenAI request or an SIE one (model in the path): the router's one request
-        path, parse (and resolve) -> choose -> relay."""
+        # An OpenAI request or an SIE one (model in the path): the router's one request
+        # path, parse (and resolve) -> choose -> relay.
         named = named_slot(request, self.settings.slot_count)
         if named is None:
             await self._first_poll()  # the ids the slots serve, to resolve the model
