@@ -87,9 +87,10 @@ async def _gateway(pod_port: int) -> list[str]:
     spec = PoolSpec("p", "sglang", "l4", "l4", endpoints=(f"http://127.0.0.1:{pod_port}",))
     with tempfile.TemporaryDirectory() as tmp:
         async with gateway_before([spec], Path(tmp), poll_interval_s=30.0) as client:
-            while (await client.get("/readyz")).status_code != 200:
+            while True:  # until the gateway has polled its pod
+                if (await client.get("/readyz")).status_code == 200:
+                    return await entered_files(client)
                 await asyncio.sleep(0.05)
-            return await entered_files(client)
 
 
 async def _both() -> dict[str, list[str]]:
