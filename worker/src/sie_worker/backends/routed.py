@@ -26,11 +26,10 @@ from typing import Any
 from starlette.requests import Request
 
 from sie_worker.backends.prefix import PrefixConfig, prompt_blocks
-from sie_worker.config.lora_choice import split_model
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import Upstream
 from sie_worker.http.request import json_object, read_payload
-from sie_worker.sie_api.ids import served_or_asked
+from sie_worker.sie_api.ids import served_or_asked, split_model
 
 __all__ = ["SESSION_FIELDS", "RoutedRequest", "read_routed", "request_target", "session_key"]
 

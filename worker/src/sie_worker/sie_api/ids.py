@@ -11,18 +11,20 @@ end in ``:<profile>``, and encode, generate (``options.profile``) and score
 - then a case-insensitive match, when exactly one served id matches; several: 400
   ``ambiguous_model`` naming them (:class:`~sie_worker.errors.AmbiguousModel`);
 - none: the caller answers 404 ``unknown_model``, the same code at every hop;
+- on the OpenAI routes, SGLang's ``<served id>:<adapter>`` (:func:`split_model`) names a
+  LoRA adapter of a served model;
 - a profile in the body applies to an id that names none; naming two different
   profiles is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 from sie_worker.config.model import DEFAULT_PROFILE
 from sie_worker.errors import AmbiguousModel, InvalidRequest
 
-__all__ = ["AnyOf", "resolve_model_id", "served_or_asked", "with_profile"]
+__all__ = ["AnyOf", "resolve_model_id", "served_or_asked", "split_model", "with_profile"]
 
 
 def with_profile(asked: str, profile: str | None, *, field: str = "options.profile") -> str:
@@ -97,3 +99,18 @@ class AnyOf(Collection[str]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def split_model(named: str, served_ids: Iterable[str]) -> tuple[str, str] | None:
+    """``(served id, adapter)`` when ``named`` is ``<served id>:<adapter>`` and not a served id
+    itself (SGLang's rule: the longest served id that prefixes it); else None."""
+    if ":" not in named:
+        return None  # checked first: most requests name no adapter, and ids can be many
+    ids = set(served_ids)
+    if named in ids:
+        return None
+    bases = [i for i in ids if named.startswith(f"{i}:") and named[len(i) + 1 :].strip()]
+    if not bases:
+        return None
+    base = max(bases, key=len)
+    return base, named[len(base) + 1 :].strip()

@@ -26,7 +26,6 @@ from sie_worker.config.lora_choice import (
     ADAPTER_FIELD,
     ADAPTER_FIELDS,
     request_adapter,
-    split_model,
     unknown_adapter,
 )
 from sie_worker.config.model import ServedModel
@@ -39,7 +38,7 @@ from sie_worker.sie_api.call import EngineCall
 from sie_worker.sie_api.codec import decode_body, wants_json
 from sie_worker.sie_api.encode import encode_call, parse_encode
 from sie_worker.sie_api.generate import generate_call, parse_generate
-from sie_worker.sie_api.ids import resolve_model_id, with_profile
+from sie_worker.sie_api.ids import resolve_model_id, split_model, with_profile
 from sie_worker.sie_api.score import parse_score, score_call
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.proxy import forward, open_lease
