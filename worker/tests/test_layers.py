@@ -112,6 +112,8 @@ PURE = {
     "backends/prefix.py": set(),
     "model_server_series.py": set(),
     "backends/bound.py": set(),
+    "backends/session.py": set(),
+    "gateway/tiers.py": set(),
     "router/policy.py": {
         "sie_worker.model_states",
         "sie_worker.backends.bound",
@@ -121,6 +123,8 @@ PURE = {
         "sie_worker.config.widths",
         "sie_worker.backends.bound",
         "sie_worker.backends.prefix",
+        "sie_worker.backends.session",
+        "sie_worker.gateway.tiers",
     },
 }
 
