@@ -26,12 +26,24 @@ from typing import Any
 from starlette.requests import Request
 
 from sie_worker.backends.prefix import PrefixConfig, prompt_blocks
+from sie_worker.errors import NotFound
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import Upstream
 from sie_worker.http.request import json_object, read_payload
 from sie_worker.sie_api.ids import served_or_asked, split_model
 
-__all__ = ["SESSION_FIELDS", "RoutedRequest", "read_routed", "request_target", "session_key"]
+__all__ = [
+    "MODEL_ACTIONS",
+    "SESSION_FIELDS",
+    "RoutedRequest",
+    "model_action",
+    "read_routed",
+    "request_target",
+    "session_key",
+]
+
+# What POST /v1/models/<id>/<action> may ask of a model, at the router and the gateway.
+MODEL_ACTIONS = ("load", "unload", "pin", "unpin")
 
 # Where a session key comes from, after the X-Session-Id header: JSON body fields.
 SESSION_FIELDS = ("user", "prompt_cache_key", "routing_key")
@@ -112,3 +124,12 @@ def session_key(headers: Mapping[str, str], payload: Mapping[str, Any] | None) -
         if isinstance(value, str) and value:
             return f"{name}:{value}"
     return None
+
+
+def model_action(rest: str, known: Collection[str]) -> tuple[str, str]:
+    """The model (by the one model-id rule) and the action of ``POST /v1/models/{rest}``;
+    :class:`NotFound` unless ``rest`` is ``<id>/<action>`` with one of :data:`MODEL_ACTIONS`."""
+    model, _, action = rest.rpartition("/")
+    if action not in MODEL_ACTIONS or not model:
+        raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{{','.join(MODEL_ACTIONS)}}}")
+    return served_or_asked(model, known), action

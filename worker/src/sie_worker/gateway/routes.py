@@ -19,11 +19,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sie_worker.backends.routed import RoutedRequest, read_routed, request_target
+from sie_worker.backends.routed import RoutedRequest, model_action, read_routed, request_target
 from sie_worker.errors import (
     EngineUnavailable,
     MethodNotAllowed,
-    NotFound,
     UnknownModel,
 )
 from sie_worker.gateway.choice import selection
@@ -131,10 +130,7 @@ async def model_call(request: Request) -> Response:
         if model in catalogue.models:
             return JSONResponse(merge_model_lists([], [model])["data"][0])
         raise UnknownModel(f"model {rest!r} is not configured in any pool")
-    model, _, action = rest.rpartition("/")
-    if action not in ("load", "unload", "pin", "unpin") or not model:
-        raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{load,unload,pin,unpin}}")
-    model = gateway.model_id(model)
+    model, action = model_action(rest, gateway.known_ids())
     body = await request.body()  # its size limit: RequestLimits
     if action in ("load", "pin"):
         return _route(gateway, request, _upstream(request, body, model))

@@ -26,9 +26,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sie_worker.backends.hop import OwnCalls
-from sie_worker.backends.routed import read_routed
+from sie_worker.backends.routed import model_action, read_routed
 from sie_worker.errors import (
-    NotFound,
     UnknownModel,
 )
 from sie_worker.http.app_shell import app_shell
@@ -52,7 +51,6 @@ __all__ = ["SLOT_HEADER", "build_client", "create_router_app"]
 _OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 # SIE's native routes; the model is in the path ('/' written '__' for generate).
 _SIE_PATHS = ("/v1/encode/{model:path}", "/v1/score/{model:path}", "/v1/generate/{model:path}")
-_ACTIONS = ("load", "unload", "pin", "unpin")
 
 
 def build_client(settings: RouterSettings) -> httpx.AsyncClient:
@@ -149,18 +147,17 @@ class _Router:
 
     async def model_call(self, request: Request) -> Response:
         rest: str = request.path_params["rest"]
-        model, _, action = rest.rpartition("/")
         if request.method == "GET":
             return await self._get_model(rest, request)
-        if action not in _ACTIONS or not model:
-            raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{{','.join(_ACTIONS)}}}")
         named = named_slot(request, self.settings.slot_count)
+        if named is None:
+            await self._first_poll()  # the ids the slots serve, to resolve the model
+        model, action = model_action(rest, self.table.known_models())
         # Only calls that bring the model in are recorded as a load on their slot.
         loads = action in ("load", "pin")
         upstream = await self._upstream(request, model=model if loads else None)
         if named is not None:
             return self._relay(upstream, NamedSlot(self.table, named))
-        await self._first_poll()
         if action != "load":
             holders = self._holders(model, pinned_only=action == "unpin")
             if holders:
