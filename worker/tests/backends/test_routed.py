@@ -10,8 +10,8 @@ import pytest
 from starlette.requests import Request
 
 from sie_worker.backends.prefix import PrefixConfig, prompt_blocks
-from sie_worker.backends.routed import read_routed, session_key
-from sie_worker.errors import AmbiguousModel, InvalidRequest
+from sie_worker.backends.routed import model_action, read_routed, session_key
+from sie_worker.errors import AmbiguousModel, InvalidRequest, NotFound
 from sie_worker.http.request import BODY_NEEDS_MODEL
 
 pytestmark = pytest.mark.anyio
@@ -98,3 +98,12 @@ def test_the_session_key_is_the_header_else_a_body_field() -> None:
     assert session_key({"x-session-id": " s "}, {"user": "u"}) == "s"
     assert session_key({}, {"user": "", "prompt_cache_key": "k"}) == "prompt_cache_key:k"
     assert session_key({}, None) is None
+
+
+def test_a_model_call_names_a_model_by_the_one_rule_and_an_action() -> None:
+    assert model_action("qwen/qwen2.5-7b/load", KNOWN) == ("Qwen/Qwen2.5-7B", "load")
+    assert model_action("nobody/knows:default/unpin", KNOWN) == ("nobody/knows", "unpin")
+    with pytest.raises(NotFound, match=r"use /v1/models/<id>/\{load,unload,pin,unpin\}"):
+        model_action("org/m/reload", KNOWN)
+    with pytest.raises(AmbiguousModel):
+        model_action("ORG/M/pin", KNOWN)
