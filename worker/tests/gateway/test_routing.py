@@ -78,6 +78,16 @@ def test_a_model_goes_only_where_it_fits_else_no_pool_says_why(tmp_path: Path) -
         select_pools(SPECS, catalogue, NONE, "org/other")
 
 
+def test_without_configs_a_model_no_polled_pool_lists_is_unknown_as_at_the_worker() -> None:
+    polled = {L4.key: frozenset({"m"}), L4X4.key: frozenset({"x"}), CPU.key: frozenset()}
+    with pytest.raises(UnknownModel, match="'nobody' is not configured in any pool") as info:
+        select_pools(SPECS, Catalogue.empty(), polled, "nobody")
+    assert (info.value.status, info.value.code) == (404, "unknown_model")
+    # A pool not polled yet may serve it: its pods answer (unknown_model, if not).
+    unpolled = {**polled, CPU.key: None}
+    assert select_pools(SPECS, Catalogue.empty(), unpolled, "nobody") == [CPU.key]
+
+
 def test_without_configs_the_pods_listings_decide() -> None:
     listings = {L4.key: frozenset({"m"}), L4X4.key: frozenset({"x"}), CPU.key: None}
     assert select_pools(SPECS, Catalogue.empty(), listings, "m") == [L4.key, CPU.key]
