@@ -67,6 +67,7 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 # --- reserved flags and variables ------------------------------------------------------------
 
+
 def _reserved_flags() -> str:
     out = [
         "# Reserved flags and variables\n\n",

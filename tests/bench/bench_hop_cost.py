@@ -6,15 +6,18 @@ routing, the upstream exchange's set-up, the lease and the metrics) is spread ov
 events, so that figure mixes the two. Here the same three hops (``sie-worker gateway`` ->
 ``route`` -> ``serve`` -> one fake engine, pinned as in ``bench_gateway``) carry streams of
 several lengths at 50 tok/s, and each hop's CPU time in the window is fitted, by least
-squares, as ``per_request x requests + per_event x events``. nginx relays the same engine's
-streams in its own cells for the same fit.
+squares, as ``per_request x requests + per_event x events``. nginx, and SGLang's Rust router
+(``sglang-router==0.3.2``, "smg": ``launch_router --worker-urls <engine> --policy
+round_robin --disable-health-check``, pinned in ``requirements/bench-smg.txt``, installed into
+``tests/bench/out/smg-venv`` on first use), relay the same engine's streams in their own cells
+for the same fit, each in one hop's place.
 
 Before any stream, each hop's CPU is also read over ``--idle`` seconds with no traffic: what
 its own polls cost it (the router polls its workers, the gateway its router every 0.5 s here,
 as in ``bench_gateway``; each answers the polls of the hop above it).
 
     .venv/bin/python -m tests.bench.bench_hop_cost [--tokens 4 50 400] [--streams 64]
-        [--duration 3] [--repeats 2] [--idle 10]
+        [--duration 3] [--repeats 2] [--idle 10] [--no-smg]
 
 Writes ``tests/bench/out/hop_cost.json`` and prints one table; docs/benchmarks.md quotes it
 by hand ("Data path").
@@ -42,6 +45,7 @@ from tests.bench._bench import (
     start_worker,
     write_result,
 )
+from tests.bench._smg import smg_python, start_smg
 from tests.support.worker_fixtures import fake_model
 
 __all__ = ["fit", "idle_ms_per_s", "main"]
@@ -114,6 +118,14 @@ def _cells(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, fl
             paths["nginx"] = bs.Path_(
                 "nginx", nginx.url, nginx_pids, engine_pid, binary, hops={"nginx": nginx_pids}
             )
+        python = smg_python() if args.smg else None
+        if python is not None:
+            smg, _ = start_smg(python, engine_port, proxy)
+            running.append(smg)
+            smg_pids = smg.pids(children=True)
+            paths["smg"] = bs.Path_(
+                "smg", smg.url, smg_pids, engine_pid, "sglang-router 0.3.2", hops={"smg": smg_pids}
+            )
         if args.profile:
             # py-spy each hop while short streams make the per-request work most of it.
             tokens = min(args.tokens)
@@ -154,7 +166,7 @@ def _table(cells: Sequence[dict[str, Any]]) -> list[str]:
         + " tokens |",
         "|---|---:|---:|---|",
     ]
-    for hop in (*_HOPS, "nginx"):
+    for hop in (*_HOPS, "smg", "nginx"):
         rows = []
         measured = []
         for cell in sorted(cells, key=lambda c: c["tokens"]):
@@ -184,6 +196,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=10.0,
         help="seconds of no traffic to read each hop's CPU (0: skip)",
+    )
+    parser.add_argument(
+        "--no-smg",
+        dest="smg",
+        action="store_false",
+        help="leave out the smg cell (sglang-router 0.3.2, requirements/bench-smg.txt)",
     )
     parser.add_argument(
         "--profile", action="store_true", help="py-spy each hop on the shortest streams instead"

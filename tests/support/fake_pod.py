@@ -59,6 +59,7 @@ class FakePod:
                 Route("/v1/models", self._models),
                 Route("/v1/devices", self._devices),
                 Route("/v1/completions", self._complete, methods=["POST"]),
+                Route("/v1/chat/completions", self._complete, methods=["POST"]),
             ]
         )
 

@@ -125,6 +125,8 @@ PURE = {
     "backends/prefix.py": set(),
     "model_server_series.py": set(),
     "backends/bound.py": set(),
+    "backends/session.py": set(),
+    "gateway/tiers.py": set(),
     "router/policy.py": {
         "sie_worker.model_states",
         "sie_worker.backends.bound",
@@ -134,6 +136,8 @@ PURE = {
         "sie_worker.config.widths",
         "sie_worker.backends.bound",
         "sie_worker.backends.prefix",
+        "sie_worker.backends.session",
+        "sie_worker.gateway.tiers",
     },
 }
 

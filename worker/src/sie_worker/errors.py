@@ -3,6 +3,7 @@
     SieError
     ├── InvalidConfig        invalid_config      400  (carries every Problem found)
     ├── InvalidRequest       invalid_request     400
+    ├── AmbiguousModel       ambiguous_model     400  (names the candidates)
     ├── Unauthorized         unauthorized        401
     ├── Forbidden            forbidden           403
     ├── UnknownModel         unknown_model       404
@@ -39,6 +40,7 @@ __all__ = [
     "SIE_ERROR_CODES",
     "SIE_ERROR_HEADER",
     "SIE_LOAD_FAILED",
+    "AmbiguousModel",
     "EngineTimeout",
     "EngineUnavailable",
     "Forbidden",
@@ -74,6 +76,7 @@ SIE_ERROR_CODES: Mapping[str, str] = MappingProxyType(
     {
         "invalid_config": "INVALID_INPUT",
         "invalid_request": "INVALID_INPUT",
+        "ambiguous_model": "INVALID_INPUT",
         "unauthorized": "UNAUTHORIZED",
         "forbidden": "FORBIDDEN",
         "unknown_model": "MODEL_NOT_FOUND",
@@ -188,6 +191,20 @@ class UnknownModel(SieError):
     def not_configured(cls, model: str) -> UnknownModel:
         """The one wording of a model this worker does not serve, whichever route asked."""
         return cls(f"model {model!r} is not configured here; GET /v1/models lists the models")
+
+
+class AmbiguousModel(SieError):
+    code = "ambiguous_model"
+    status = 400
+
+    @classmethod
+    def among(cls, asked: str, candidates: list[str]) -> AmbiguousModel:
+        """The one wording of a name that matches several served ids but none exactly."""
+        listed = ", ".join(sorted(candidates))
+        return cls(
+            f"model {asked!r} matches {listed} when case is ignored; name one exactly",
+            param="model",
+        )
 
 
 class NotFound(SieError):

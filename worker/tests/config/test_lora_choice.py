@@ -1,57 +1,21 @@
-"""Which LoRA adapter a request names: SGLang's ``model:adapter`` (a served id as written
-first), its ``lora_path`` field, sie-sdk's ``lora_adapter``; unknown adapters refused."""
+"""Which LoRA adapter a request names: the ``model:adapter`` suffix, its ``lora_path``
+field, sie-sdk's ``lora_adapter``; unknown adapters refused."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from tests.support.served_models import served
 
 from sie_worker.config.lora_choice import (
     adapter_label,
     check_adapter,
     request_adapter,
-    split_model,
 )
 from sie_worker.errors import InvalidRequest, UnknownModel
 
-IDS = ("org/m", "org/m:fast", "s3://bucket/m")
 GENERATE = {"generate": {}}
-
-
-def test_a_served_id_as_written_is_never_split() -> None:
-    assert split_model("org/m:fast", IDS) is None  # a profile, not an adapter
-    assert split_model("org/m", IDS) is None
-    assert split_model("s3://bucket/m", IDS) is None
-
-
-def test_the_longest_served_id_before_a_colon_is_the_base() -> None:
-    assert split_model("org/m:sql", IDS) == ("org/m", "sql")
-    assert split_model("org/m:fast:sql", IDS) == ("org/m:fast", "sql")
-    assert split_model("s3://bucket/m:sql", IDS) == ("s3://bucket/m", "sql")
-
-
-def test_no_base_or_no_adapter_is_no_split() -> None:
-    assert split_model("other:sql", IDS) is None
-    assert split_model("org/m:", IDS) is None
-    assert split_model("org/m: ", IDS) is None
-
-
-@given(
-    base=st.sampled_from(IDS),
-    adapter=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,20}", fullmatch=True),
-)
-def test_base_colon_adapter_always_splits_back(base: str, adapter: str) -> None:
-    named = f"{base}:{adapter}"
-    if named in IDS:
-        return
-    split = split_model(named, IDS)
-    assert split is not None
-    assert f"{split[0]}:{split[1]}" == named
-    assert split[0] in IDS
 
 
 @pytest.mark.parametrize(

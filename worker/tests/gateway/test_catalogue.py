@@ -1,14 +1,18 @@
-"""Which pools can serve a model: bundle runs the adapter, slots wide enough; path ids."""
+"""Which pools can serve a model: bundle runs the adapter, slots wide enough; model ids."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tests.support.worker_fixtures import fake_model, write_config
 
 from sie_worker.config.adapters import EMBEDDING, GENERATION, TRANSFORMERS
-from sie_worker.gateway.catalogue import Catalogue, bundle_runs, decode_path_model
+from sie_worker.errors import AmbiguousModel
+from sie_worker.gateway.catalogue import Catalogue, bundle_runs
 from sie_worker.gateway.pools import PoolSpec
+from sie_worker.gateway.service import Gateway
+from sie_worker.gateway.settings import GatewaySettings
 
 
 def _spec(bundle: str, width: int = 1, pool: str = "p") -> PoolSpec:
@@ -55,26 +59,23 @@ def test_a_pool_fits_a_model_by_bundle_and_slot_width(tmp_path: Path) -> None:
     assert catalogue.fit("not/shipped", _spec("sglang")) is None  # the pods say
 
 
-def test_model_ids_resolve_without_default_and_in_any_case(tmp_path: Path) -> None:
-    catalogue = _catalogue(tmp_path)
-    assert catalogue.resolve("Qwen/Qwen2.5-7B:default") == "Qwen/Qwen2.5-7B"
-    assert catalogue.resolve("qwen/qwen2.5-7b:FAST") == "Qwen/Qwen2.5-7B:fast"
-    assert catalogue.resolve("other/x", known=["Other/X"]) == "Other/X"
-    assert catalogue.resolve("other/y") == "other/y"
+def test_model_ids_resolve_by_the_one_rule_over_configs_and_pod_listings(
+    tmp_path: Path,
+) -> None:
+    gateway = Gateway(GatewaySettings(tmp_path / "p.yaml"), (), _catalogue(tmp_path), None, None)
+    assert gateway.model_id("Qwen/Qwen2.5-7B:default") == "Qwen/Qwen2.5-7B"
+    assert gateway.model_id("qwen/qwen2.5-7b:FAST") == "Qwen/Qwen2.5-7B:fast"
+    assert gateway.model_id("other/y") == "other/y"  # unknown: select_pools refuses it
+    assert gateway.model_id("Qwen__Qwen2.5-7B", generate=True) == "Qwen/Qwen2.5-7B"
+    assert gateway.model_id("qwen__qwen2.5-7b:fast", generate=True) == "Qwen/Qwen2.5-7B:fast"
+    assert gateway.model_id("Qwen/Qwen2.5-7B", generate=True) == "Qwen/Qwen2.5-7B"
 
 
-def test_generate_paths_write_slashes_as_double_underscores(tmp_path: Path) -> None:
-    catalogue = _catalogue(tmp_path)
-    assert decode_path_model("Qwen__Qwen2.5-7B", catalogue) == "Qwen/Qwen2.5-7B"
-    assert decode_path_model("qwen__qwen2.5-7b:fast", catalogue) == "Qwen/Qwen2.5-7B:fast"
-    assert decode_path_model("Qwen/Qwen2.5-7B", catalogue) == "Qwen/Qwen2.5-7B"
-    assert decode_path_model("a__b", Catalogue.empty(), known=["a__b"]) == "a__b"
-
-
-def test_a_lora_adapter_request_is_placed_as_its_base_model(tmp_path: Path) -> None:
-    catalogue = _catalogue(tmp_path)
-    assert catalogue.base_of("Qwen/Qwen2.5-7B:sql") == "Qwen/Qwen2.5-7B"
-    assert catalogue.base_of("Qwen/Qwen2.5-7B:fast") == "Qwen/Qwen2.5-7B:fast"  # a profile
-    assert catalogue.base_of("Qwen/Qwen2.5-7B:fast:sql") == "Qwen/Qwen2.5-7B:fast"
-    assert catalogue.base_of("org/unknown:sql") == "org/unknown:sql"
-    assert catalogue.base_of("pod/only:sql", known=["pod/only"]) == "pod/only"
+def test_a_name_that_two_served_ids_match_but_for_case_is_ambiguous(tmp_path: Path) -> None:
+    write_config(tmp_path, fake_model("Org/M"))
+    write_config(tmp_path, fake_model("org/m"))
+    catalogue, _ = Catalogue.from_config_dir(tmp_path)
+    gateway = Gateway(GatewaySettings(tmp_path / "p.yaml"), (), catalogue, None, None)
+    assert gateway.model_id("org/m") == "org/m"
+    with pytest.raises(AmbiguousModel, match="Org/M, org/m"):
+        gateway.model_id("ORG/M")

@@ -7,7 +7,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from sie_worker.backends.prefix import PrefixConfig
+from sie_worker.backends.prefix import PrefixConfig, prompt_blocks
+from sie_worker.backends.routed import RoutedRequest
 from sie_worker.errors import (
     EngineUnavailable,
     NoPool,
@@ -75,6 +76,16 @@ def test_a_model_goes_only_where_it_fits_else_no_pool_says_why(tmp_path: Path) -
         UnknownModel, match="not configured in any pool; configured models: org/wide"
     ):
         select_pools(SPECS, catalogue, NONE, "org/other")
+
+
+def test_without_configs_a_model_no_polled_pool_lists_is_unknown_as_at_the_worker() -> None:
+    polled = {L4.key: frozenset({"m"}), L4X4.key: frozenset({"x"}), CPU.key: frozenset()}
+    with pytest.raises(UnknownModel, match="'nobody' is not configured in any pool") as info:
+        select_pools(SPECS, Catalogue.empty(), polled, "nobody")
+    assert (info.value.status, info.value.code) == (404, "unknown_model")
+    # A pool not polled yet may serve it: its pods answer (unknown_model, if not).
+    unpolled = {**polled, CPU.key: None}
+    assert select_pools(SPECS, Catalogue.empty(), unpolled, "nobody") == [CPU.key]
 
 
 def test_without_configs_the_pods_listings_decide() -> None:
@@ -178,8 +189,11 @@ async def test_a_keyless_chat_follows_its_prefix_to_the_pod_that_served_it() -> 
     holder = Holder(fleet)
     history = [{"role": "system", "content": "You are an agent. " * 4}]
 
-    def chosen(messages: list[dict[str, str]]) -> Selection:
-        return selection((L4,), Catalogue.empty(), fleet, "m", {}, {"messages": messages})
+    def chosen(messages: list[dict[str, str]], session: str | None = None) -> Selection:
+        payload = {"messages": messages}
+        blocks = prompt_blocks(fleet.settings.prefix, "m", payload)
+        routed = RoutedRequest("POST", "/", (), b"", "m", prefix=blocks, session=session)
+        return selection((L4,), Catalogue.empty(), fleet, routed, {})
 
     first_pod, first = await holder.pick(chosen(history), frozenset())
     fleet.dispatched(first_pod, "m", first.reason)  # busier than the others now
@@ -187,9 +201,7 @@ async def test_a_keyless_chat_follows_its_prefix_to_the_pod_that_served_it() -> 
     pod, decision = await holder.pick(chosen(history), frozenset())
     assert (pod.name, decision.reason) == (first_pod.name, "prefix")
     # A session key wins over the prefix; the key's pod gets the blocks too.
-    keyed = selection(
-        (L4,), Catalogue.empty(), fleet, "m", {"x-session-id": "s"}, {"messages": history}
-    )
+    keyed = chosen(history, session="s")
     assert (await holder.pick(keyed, frozenset()))[1].reason in ("affinity", "affinity_spill")
     # A pod that leaves rotation takes its prefixes with it.
     fleet.mark_down(first_pod, "gone")

@@ -50,8 +50,8 @@ def test_the_installed_uvicorn_is_the_release_the_wire_was_checked_against() -> 
 # Environments the worker never runs in: the real vLLM of the tests (its own uvicorn serves
 # vLLM's API, not ours).
 # The real engines' own environments (the tests' vLLM and SGLang): the engines' servers, not
-# the worker's.
-_NOT_THE_WORKERS = {"vllm-cpu.txt", "sglang-cpu.txt"}
+# the worker's; and the hop-cost benchmark's smg (SGLang's Rust router, its own venv).
+_NOT_THE_WORKERS = {"vllm-cpu.txt", "sglang-cpu.txt", "bench-smg.txt"}
 
 
 def test_every_lock_pins_that_release() -> None:

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from tests.support.asgi_server import TcpFront, serve
 
+from sie_worker.http.request import BODY_NEEDS_MODEL
 from sie_worker.router import relay as router_relay
 from sie_worker.router.app import create_router_app
 from sie_worker.router.settings import RouterSettings
@@ -454,7 +455,8 @@ async def test_request_without_a_model_is_refused_naming_the_field() -> None:
         r = await p.client.post("/v1/chat/completions", json={"messages": []})
         assert r.status_code == 400
         assert r.json()["error"]["code"] == "invalid_request"
-        assert "`model`" in r.json()["error"]["message"]
+        assert r.json()["error"]["param"] == "model"
+        assert r.json()["error"]["message"] == BODY_NEEDS_MODEL  # the worker's words too
 
 
 async def test_oversized_body_gets_413() -> None:

@@ -55,7 +55,7 @@ def test_oversized_bodies_get_413(start_worker: StartWorker) -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (b"not json", "not valid JSON"),
+        (b"not json", "JSON object"),
         (b"[1, 2]", "JSON object"),
         (b'{"prompt": "x"}', "'model'"),
     ],

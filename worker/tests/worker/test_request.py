@@ -3,7 +3,6 @@ served model that answers it (grammar routing), the endpoint's task, ``Prefer: w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -15,13 +14,11 @@ from tests.support.worker_fixtures import WorkerProcess, fake_model
 from sie_worker.config.files.reader import parse_config
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.config.runtime import is_grammar_constrained
-from sie_worker.errors import InvalidRequest
 from sie_worker.worker.request import (
     ENDPOINT_TASKS,
     SIE_CLIENT_LOAD_WAIT_S,
     load_wait,
     prefer_wait,
-    read_payload,
     task_of,
 )
 from sie_worker.worker.serving import serving_facts
@@ -111,29 +108,6 @@ def test_grammar_request_to_a_variant_that_may_speculate_goes_to_the_grammar_pro
 def test_served_id_is_the_named_model_or_its_grammar_profile(extra: dict[str, Any]) -> None:
     chosen = served_id(_config(), "org/m", {"model": "org/m", **extra})
     assert chosen == ("org/m:structured" if is_grammar_constrained(extra) else "org/m")
-
-
-@pytest.mark.parametrize(
-    ("body", "fragment"),
-    [
-        (b"{", "not valid JSON"),
-        (b"[" * 100_000, "not valid JSON"),
-        (b"[1]", "must be a JSON object"),
-        (b"{}", "needs a 'model' string"),
-        (b'{"model": ""}', "needs a 'model' string"),
-        (b'{"model": 3}', "needs a 'model' string"),
-    ],
-)
-def test_a_body_without_a_model_is_an_invalid_request(body: bytes, fragment: str) -> None:
-    with pytest.raises(InvalidRequest, match=fragment):
-        read_payload(body)
-
-
-def test_payload_is_the_json_object() -> None:
-    assert read_payload(json.dumps({"model": "org/m", "n": 1}).encode()) == {
-        "model": "org/m",
-        "n": 1,
-    }
 
 
 def test_endpoints_name_their_task() -> None:

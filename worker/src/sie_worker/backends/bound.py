@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["BALANCE_FACTOR", "load_cap"]
+__all__ = ["BALANCE_FACTOR", "load_cap", "within_bound"]
 
 BALANCE_FACTOR = 1.25
 
@@ -17,3 +17,10 @@ def load_cap(total: int, candidates: int, factor: float = BALANCE_FACTOR) -> int
     """The in-flight count a backend may reach when ``candidates`` of them hold ``total``
     (before this request)."""
     return max(1, math.ceil(factor * (total + 1) / candidates))
+
+
+def within_bound(outstanding: int, cap: int, *, slots: int = 1, slot_target: int = 0) -> bool:
+    """The load-bound filter: a backend with ``outstanding`` requests may take one more
+    while below ``slot_target`` per serving slot (the gateway's pods), or while one more
+    keeps it within ``cap`` (:func:`load_cap`)."""
+    return outstanding < slots * slot_target or outstanding + 1 <= cap

@@ -7,8 +7,8 @@
 - SIE's native routes: ``lora_adapter`` on ``/v1/generate``, ``params.options.lora`` /
   ``lora_id`` on ``/v1/encode`` (:mod:`sie_worker.sie_api`).
 
-The slot router and the gateway use :func:`split_model` too: a ``model:adapter`` request is
-placed as its base model's.
+Which served id ``model:adapter`` names is the model-id rule's
+(:func:`sie_worker.sie_api.ids.split_model`, for worker, router and gateway alike).
 
 The engine gets the adapter as SGLang's ``lora_path`` (the default engine reads it too). An
 adapter the served model does not declare is :class:`~sie_worker.errors.UnknownModel` (404)
@@ -17,7 +17,7 @@ naming the adapters it has; requests without one are served by the base.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sie_worker.config.lora import BASE_ADAPTER, adapter_names
@@ -30,28 +30,12 @@ __all__ = [
     "adapter_label",
     "check_adapter",
     "request_adapter",
-    "split_model",
     "unknown_adapter",
 ]
 
 ADAPTER_FIELD = "lora_path"  # SGLang's request field, what the engines read
 # The OpenAI request fields that may name an adapter (sie-sdk's alias second).
 ADAPTER_FIELDS = (ADAPTER_FIELD, "lora_adapter")
-
-
-def split_model(named: str, served_ids: Iterable[str]) -> tuple[str, str] | None:
-    """``(served id, adapter)`` when ``named`` is ``<served id>:<adapter>`` and not a served id
-    itself (SGLang's rule: the longest served id that prefixes it); else None."""
-    if ":" not in named:
-        return None  # checked first: most requests name no adapter, and ids can be many
-    ids = set(served_ids)
-    if named in ids:
-        return None
-    bases = [i for i in ids if named.startswith(f"{i}:") and named[len(i) + 1 :].strip()]
-    if not bases:
-        return None
-    base = max(bases, key=len)
-    return base, named[len(base) + 1 :].strip()
 
 
 def request_adapter(payload: Mapping[str, Any], from_model: str | None) -> str | None:

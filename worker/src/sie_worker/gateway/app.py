@@ -11,8 +11,8 @@ from __future__ import annotations
 import httpx
 from starlette.applications import Starlette
 
+from sie_worker.backends.routed import SESSION_FIELDS
 from sie_worker.gateway.catalogue import Catalogue
-from sie_worker.gateway.choice import SESSION_FIELDS
 from sie_worker.gateway.discovery import KubeDiscovery
 from sie_worker.gateway.pools import PoolSpec
 from sie_worker.gateway.routes import ROUTES

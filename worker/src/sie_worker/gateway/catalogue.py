@@ -13,21 +13,20 @@ answers ``unknown_model`` if not).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from sie_worker.config.adapters import UnknownAdapter, default_adapter_path, resolve_adapter
 from sie_worker.config.files.reader import load_config_dir
 from sie_worker.config.load.load_options import declared_width
-from sie_worker.config.lora_choice import split_model
 from sie_worker.config.model import ServedModel, served_models
 from sie_worker.config.widths import width_fits
 from sie_worker.engines.registry import bundle_engine, family_of
 from sie_worker.errors import Problem
 from sie_worker.gateway.pools import PoolSpec
 
-__all__ = ["Catalogue", "ModelInfo", "bundle_runs", "decode_path_model"]
+__all__ = ["Catalogue", "ModelInfo", "bundle_runs"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,6 @@ class Catalogue:
     def __init__(self, models: Mapping[str, ModelInfo], *, complete: bool) -> None:
         self.models = dict(models)
         self.complete = complete
-        self._folded = {m.lower(): m for m in self.models}
 
     @classmethod
     def empty(cls) -> Catalogue:
@@ -84,53 +82,26 @@ class Catalogue:
                 models[served.id] = ModelInfo(served.id, served, declared_width(served))
         return cls(models, complete=True), problems
 
-    def resolve(self, raw: str, known: Iterable[str] = ()) -> str:
-        """The model id a client meant: itself, without ``:default``, or in another case."""
-        model = raw.removesuffix(":default")
-        if model in self.models:
-            return model
-        folded = self._folded.get(model.lower())
-        if folded is not None:
-            return folded
-        if isinstance(known, frozenset | set) and model in known:
-            return model
-        for other in known:
-            if other.lower() == model.lower():
-                return other
-        return model
-
-    def base_of(self, model: str, known: Iterable[str] = ()) -> str:
-        """The model a request for ``model`` is placed as: the base of ``<base>:<adapter>``
-        (SGLang's LoRA form; a served id as written wins), else ``model`` itself."""
-        split = split_model(model, {*self.models, *known})
-        return split[0] if split is not None else model
-
-    def fit(self, model: str, spec: PoolSpec) -> str | None:
-        """None when the pool x bundle can serve ``model``, else why not (for ``no_pool``)."""
+    def fit(self, model: str, spec: PoolSpec, width: int | None = None) -> str | None:
+        """None when the pool x bundle can serve ``model``, else why not (for ``no_pool``):
+        its bundle must run the model's adapter (shipped models) and its slots be as wide as
+        the model (its config's width, else ``width``: the widest its pods list). The one
+        check of both: a slot narrower than the model refuses it at load."""
+        where = f"pool {spec.pool}, bundle {spec.bundle}"
         info = self.models.get(model)
-        if info is None:
-            return None  # not shipped: the pods say (unknown_model) when they do not have it
-        served = info.served
-        adapter = served.profile.adapter_path or default_adapter_path(
-            bundle_engine(spec.bundle), served.config.tasks
-        )
-        why = bundle_runs(adapter, spec.bundle)
-        if why is not None:
-            return f"pool {spec.pool}, bundle {spec.bundle}: {why}"
-        if not width_fits(info.width, spec.slot_width):
-            return (
-                f"pool {spec.pool}, bundle {spec.bundle}: the model needs {info.width} GPUs per "
-                f"slot (tensor_parallel_size) and the pool's slots have {spec.slot_width}"
+        source = ""
+        if info is not None:
+            served = info.served
+            adapter = served.profile.adapter_path or default_adapter_path(
+                bundle_engine(spec.bundle), served.config.tasks
             )
-        return None
-
-
-def decode_path_model(raw: str, catalogue: Catalogue, known: Iterable[str] = ()) -> str:
-    """The model of ``/v1/generate/{model}``: the id with ``/`` written as ``__`` (sie-sdk's
-    encoding), matched exactly first, then with ``__`` as ``/``, ignoring case."""
-    known = list(known)
-    ids = set(catalogue.models) | set(known)
-    direct = catalogue.resolve(raw, known)
-    if direct in ids:
-        return direct
-    return catalogue.resolve(raw.replace("__", "/"), known)
+            why = bundle_runs(adapter, spec.bundle)
+            if why is not None:
+                return f"{where}: {why}"
+            width, source = info.width, " (tensor_parallel_size)"
+        if width is not None and not width_fits(width, spec.slot_width):
+            return (
+                f"{where}: the model needs {width} GPUs per slot{source} and the pool's "
+                f"slots have {spec.slot_width}"
+            )
+        return None  # not shipped, wide enough: the pods say (unknown_model) if not theirs

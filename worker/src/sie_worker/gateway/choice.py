@@ -5,7 +5,9 @@ of it (:class:`Selection`: the model, its width, the session key).
 ``X-SIE-MACHINE-PROFILE`` (what ``gpu="l4-4x"`` sends) matches pools by machine profile,
 else by GPU type. Either unmatched: 404 ``unknown_pool`` listing the pools. Of those left,
 the pools whose bundle runs the model's adapter and whose slots are as wide as the model
-may serve it; none: 409 ``no_pool`` saying why for each.
+may serve it; none: 409 ``no_pool`` saying why for each. A model no config ships and no
+pod lists (when the configs, or every pool's pods, can say) is 404 ``unknown_model``, as
+the worker and the slot router answer it.
 
 The model's width (:func:`model_width`) is its config's ``tensor_parallel_size`` when the
 gateway has the shipped configs, else the widest any pod lists for it: a pool whose slots
@@ -18,38 +20,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sie_worker.backends.prefix import prompt_blocks
-from sie_worker.config.widths import width_fits
+from sie_worker.backends.routed import RoutedRequest
 from sie_worker.errors import NoPool, UnknownModel, UnknownPool
 from sie_worker.gateway.catalogue import Catalogue
 from sie_worker.gateway.pools import PoolKey, PoolSpec
 from sie_worker.gateway.state import Fleet
 
-__all__ = [
-    "SESSION_FIELDS",
-    "Selection",
-    "model_width",
-    "select_pools",
-    "selection",
-    "session_key",
-]
-
-# Where a session key comes from, after the X-Session-Id header: JSON body fields.
-SESSION_FIELDS = ("user", "prompt_cache_key", "routing_key")
+__all__ = ["Selection", "model_width", "select_pools", "selection"]
 
 
 def selection(
     specs: Sequence[PoolSpec],
     catalogue: Catalogue,
     fleet: Fleet,
-    model: str,
+    request: RoutedRequest,
     headers: Mapping[str, str],
-    payload: Mapping[str, Any] | None,
 ) -> Selection:
-    """Everything routing needs of a request for ``model`` (raises the refusals of
-    :func:`select_pools`)."""
+    """Everything routing needs of a request (raises the refusals of :func:`select_pools`)."""
+    model = request.model or ""
     width = model_width(catalogue, fleet, model)
     groups = select_pools(
         specs,
@@ -60,8 +49,7 @@ def selection(
         pool=headers.get("x-sie-pool"),
         profile=headers.get("x-sie-machine-profile"),
     )
-    blocks = prompt_blocks(fleet.settings.prefix, model, payload)
-    return Selection(model, width, tuple(groups), session_key(headers, payload), blocks)
+    return Selection(model, width, tuple(groups), request.session, request.prefix)
 
 
 def model_width(catalogue: Catalogue, fleet: Fleet, model: str) -> int:
@@ -70,21 +58,6 @@ def model_width(catalogue: Catalogue, fleet: Fleet, model: str) -> int:
     if info is not None:
         return info.width
     return fleet.width_of(model) or 1
-
-
-def session_key(headers: Mapping[str, str], payload: Mapping[str, Any] | None) -> str | None:
-    """``X-Session-Id``, else the first of :data:`SESSION_FIELDS` in the JSON body that is
-    a nonempty string."""
-    header = headers.get("x-session-id", "").strip()
-    if header:
-        return header
-    if payload is None:
-        return None
-    for name in SESSION_FIELDS:
-        value = payload.get(name)
-        if isinstance(value, str) and value:
-            return f"{name}:{value}"
-    return None
 
 
 @dataclass(frozen=True)
@@ -147,8 +120,11 @@ def select_pools(
                 f"{profile!r}; the pools are {_describe_pools(specs)}"
             )
     listed_anywhere = any(model in (m or ()) for m in listings.values())
-    if catalogue.complete and model not in catalogue.models and not listed_anywhere:
-        shown = sorted(catalogue.models)
+    # Unknown: neither shipped nor listed, where the configs or every pool's pods can say.
+    every_pool_says = bool(listings) and all(m is not None for m in listings.values())
+    knowable = catalogue.complete or every_pool_says
+    if knowable and model not in catalogue.models and not listed_anywhere:
+        shown = sorted({*catalogue.models, *(m for ms in listings.values() for m in ms or ())})
         more = f" and {len(shown) - 20} more" if len(shown) > 20 else ""
         raise UnknownModel(
             f"model {model!r} is not configured in any pool; configured models: "
@@ -157,15 +133,9 @@ def select_pools(
     eligible: list[PoolKey] = []
     reasons: list[str] = []
     for spec in candidates:
-        why = catalogue.fit(model, spec)
+        why = catalogue.fit(model, spec, width)  # whatever its pods list
         listed = listings.get(spec.key)
         unlisted = listed is not None and model not in listed
-        if why is None and not width_fits(width, spec.slot_width):
-            # Whatever its pods list: a slot narrower than the model refuses it at load.
-            why = (
-                f"pool {spec.pool}, bundle {spec.bundle}: the model needs {width} GPUs per "
-                f"slot and the pool's slots have {spec.slot_width}"
-            )
         if why is None and model not in catalogue.models and unlisted:
             why = f"pool {spec.pool}, bundle {spec.bundle}: its pods do not serve {model}"
         if why is None:

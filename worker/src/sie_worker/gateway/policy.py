@@ -1,4 +1,9 @@
-"""The gateway's routing decision: pure functions over a snapshot of the pools' pods.
+"""The gateway's routing decision: pure functions over a snapshot of the pools' pods,
+composed as filter -> score -> pick from one small module each: the fit filter (slots as
+wide as the model, :mod:`sie_worker.config.widths`), the tier scorer
+(:mod:`sie_worker.gateway.tiers`), the load-bound filter (:mod:`sie_worker.backends.bound`,
+the router's too), the session scorer (:mod:`sie_worker.backends.session`) and the prefix
+pick (:mod:`sie_worker.backends.prefix`, the router's too).
 
 A request for ``model`` that may go to the pool x bundles ``groups`` (already filtered by
 the request's headers and by what each pool can serve) goes to one pod. Each pod is a tier
@@ -34,14 +39,15 @@ None of it depends on the order of the input; ties go to the lowest name.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from sie_worker.backends.bound import BALANCE_FACTOR, load_cap
+from sie_worker.backends.bound import BALANCE_FACTOR, load_cap, within_bound
 from sie_worker.backends.prefix import PrefixPick
+from sie_worker.backends.session import rendezvous_order, session_score
 from sie_worker.config.widths import width_fits
+from sie_worker.gateway.tiers import TIERS, tier_of
 
 __all__ = [
     "BALANCE_FACTOR",
@@ -56,7 +62,7 @@ __all__ = [
     "load_cap",
     "rendezvous_order",
     "tier_of",
-]
+]  # fits, rendezvous_order and tier_of: the parts, re-exported for the tests and the bench
 
 Reason = Literal[
     "ready", "loading", "free_slot", "least_outstanding", "affinity", "affinity_spill", "prefix"
@@ -70,7 +76,6 @@ REASONS: tuple[Reason, ...] = (
     "affinity_spill",
     "prefix",
 )
-_TIERS: tuple[Reason, ...] = ("ready", "loading", "free_slot", "least_outstanding")
 
 
 class PodLike(Protocol):
@@ -119,27 +124,6 @@ class Decision:
     reason: Reason
 
 
-def tier_of(pod: PodLike, model: str, width: int) -> int:
-    """0 ready, 1 loading, 2 free slot, 3 anything else."""
-    state = pod.models.get(model)
-    if state == "ready":
-        return 0
-    if state == "loading":
-        return 1
-    if pod.free_run >= width:
-        return 2
-    return 3
-
-
-def fits(pod: PodLike, cap: int, slot_target: int) -> bool:
-    return pod.outstanding < pod.slots * slot_target or pod.outstanding + 1 <= cap
-
-
-def rendezvous_order(key: str, names: Collection[str]) -> list[str]:
-    """``names`` ordered by ``hash(key, name)``, highest first (rendezvous hashing)."""
-    return sorted(names, key=lambda name: (-_score(key, name), name))
-
-
 def choose(
     model: str,
     width: int,
@@ -152,7 +136,9 @@ def choose(
     prefix: PrefixPick | None = None,
 ) -> Decision | None:
     """The pod for one request, or None when no group has a candidate (hold the request)."""
-    # One pass per group: each candidate's tier is computed once (this runs per request).
+    # Filter (up, not excluded, wide enough) and score (tier, load bound) in one pass per
+    # group, each candidate once; then pick: prefix, else least outstanding or the session's
+    # rendezvous order in the best group's best tier.
     cached: set[tuple[Hashable, str]] = set()  # where the prefix rule may send it
     best_rank: tuple[int, float, int] | None = None
     best: tuple[GroupView, list[tuple[PodLike, int, bool]]] | None = None
@@ -176,18 +162,8 @@ def choose(
         rated: list[tuple[PodLike, int, bool]] = []
         tier = 4
         for p in candidates:
-            load = p.outstanding
-            fit = load < p.slots * slot_target or load + 1 <= cap
-            state = p.models.get(model)
-            t = (
-                0
-                if state == "ready"
-                else 1
-                if state == "loading"
-                else 2
-                if p.free_run >= width
-                else 3
-            )
+            fit = within_bound(p.outstanding, cap, slots=p.slots, slot_target=slot_target)
+            t = tier_of(p, model, width)
             rated.append((p, t, fit))
             if fit and t < tier:
                 tier = t
@@ -209,10 +185,10 @@ def choose(
         pod = min(
             (p for p, t, fit in rated if t == tier and fit), key=lambda p: (p.outstanding, p.name)
         )
-        return Decision(group.key, pod.name, _TIERS[tier])
+        return Decision(group.key, pod.name, TIERS[tier])
     # The key's rendezvous order, among pods of the chosen tier or better only.
     ranked = sorted(
-        ((-_score(session, p.name), p.name, t, fit) for p, t, fit in rated if t <= tier)
+        ((-session_score(session, p.name), p.name, t, fit) for p, t, fit in rated if t <= tier)
     )
     skipped = False  # a pod at least as good came first in the session's order, but was full
     for _, name, t, fit in ranked:
@@ -222,6 +198,6 @@ def choose(
     raise AssertionError("unreachable: the chosen tier has a fitting pod")
 
 
-def _score(key: str, name: str) -> int:
-    digest = hashlib.blake2b(f"{key}\0{name}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+def fits(pod: PodLike, cap: int, slot_target: int) -> bool:
+    """The load-bound filter for a pod (:func:`~sie_worker.backends.bound.within_bound`)."""
+    return within_bound(pod.outstanding, cap, slots=pod.slots, slot_target=slot_target)

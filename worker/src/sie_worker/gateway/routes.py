@@ -12,45 +12,38 @@ shape, ``/v1/models`` and ``/v1/devices`` the union over the pods.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
 from typing import Any
 
-import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sie_worker.backends.routed import RoutedRequest, model_action, read_routed, request_target
 from sie_worker.errors import (
     EngineUnavailable,
     MethodNotAllowed,
-    NotFound,
     UnknownModel,
 )
-from sie_worker.gateway.catalogue import decode_path_model
 from sie_worker.gateway.choice import selection
 from sie_worker.gateway.health import cluster_health, merge_model_lists
-from sie_worker.gateway.policy import Decision
-from sie_worker.gateway.pools import PoolKey
-from sie_worker.gateway.routing import PodDispatch
+from sie_worker.gateway.routing import OnePod, PodChoice
 from sie_worker.gateway.service import Gateway
 from sie_worker.gateway.state import PodState
-from sie_worker.http.fan_out import Target, ask_all, fan_out
+from sie_worker.http.fan_out import Target
 from sie_worker.http.headers import forward_headers
-from sie_worker.http.relay import Dispatch, RelayResponse, Upstream
-from sie_worker.http.request import json_object, model_in
+from sie_worker.http.relay import RelayResponse
 
 __all__ = [
     "ROUTES",
     "configs",
     "health",
     "healthz",
+    "inference",
     "list_devices",
     "list_models",
     "metrics",
     "model_call",
-    "native",
-    "openai",
     "readyz",
 ]
 
@@ -106,12 +99,12 @@ async def health(request: Request) -> Response:
 
 async def list_models(request: Request) -> Response:
     gateway = _gateway(request)
-    answers = await _ask_all(gateway, "/v1/models", request)
+    answers = await _answers_by_pod(gateway, "/v1/models", request)
     return JSONResponse(merge_model_lists(answers, gateway.catalogue.models))
 
 
 async def list_devices(request: Request) -> Response:
-    answers = await _ask_all(_gateway(request), "/v1/devices", request)
+    answers = await _answers_by_pod(_gateway(request), "/v1/devices", request)
     devices = [
         {**labels, **d}
         for labels, body in answers
@@ -123,11 +116,11 @@ async def list_devices(request: Request) -> Response:
 
 async def model_call(request: Request) -> Response:
     gateway = _gateway(request)
-    catalogue, fleet = gateway.catalogue, gateway.fleet
+    catalogue = gateway.catalogue
     rest: str = request.path_params["rest"]
     if request.method == "GET":
-        model = catalogue.resolve(rest, fleet.known_models())
-        merged = merge_model_lists(await _ask_all(gateway, "/v1/models", request), ())
+        model = gateway.model_id(rest)
+        merged = merge_model_lists(await _answers_by_pod(gateway, "/v1/models", request), ())
         for entry in merged["data"]:
             if entry.get("id") == model:
                 sie: dict[str, Any] = next(
@@ -137,44 +130,22 @@ async def model_call(request: Request) -> Response:
         if model in catalogue.models:
             return JSONResponse(merge_model_lists([], [model])["data"][0])
         raise UnknownModel(f"model {rest!r} is not configured in any pool")
-    model, _, action = rest.rpartition("/")
-    if action not in ("load", "unload", "pin", "unpin") or not model:
-        raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{load,unload,pin,unpin}}")
-    model = catalogue.resolve(model, fleet.known_models())
+    model, action = model_action(rest, gateway.known_ids())
     body = await request.body()  # its size limit: RequestLimits
     if action in ("load", "pin"):
-        return _route(gateway, request, body, model, None)
+        return _route(gateway, request, _upstream(request, body, model))
     return await _fan_out_to_holders(gateway, request, body, model)
 
 
 # -- requests that name a model --------------------------------------------------------
 
 
-async def openai(request: Request) -> Response:
+async def inference(request: Request) -> Response:
+    # An OpenAI request or an SIE-native one (model in the path): the gateway's one
+    # request path, parse (and resolve) -> choose (pools, then a pod, holding) -> relay.
     gateway = _gateway(request)
-    body = await request.body()  # its size limit: RequestLimits
-    payload = json_object(body)
-    model = model_in(payload)
-    known = gateway.fleet.known_models()
-    # A LoRA adapter's request (model:adapter) goes where its base model is.
-    catalogue = gateway.catalogue
-    model = catalogue.base_of(catalogue.resolve(model, known), known)
-    return _route(gateway, request, body, model, payload)
-
-
-async def native(request: Request) -> Response:
-    gateway = _gateway(request)
-    raw: str = request.path_params["model"]
-    kind = request.scope["path"].split("/")[2]
-    body = await request.body()  # its size limit: RequestLimits
-    content_type = request.headers.get("content-type", "")
-    payload = json_object(body) if "json" in content_type else None
-    known = gateway.fleet.known_models()
-    if kind == "generate":
-        model = decode_path_model(raw, gateway.catalogue, known)
-    else:
-        model = gateway.catalogue.resolve(raw, known)
-    return _route(gateway, request, body, model, payload)
+    routed = await read_routed(request, gateway.known_ids(), gateway.settings.prefix)
+    return _route(gateway, request, routed)
 
 
 async def configs(request: Request) -> Response:
@@ -189,21 +160,12 @@ async def configs(request: Request) -> Response:
     if not pods:
         raise EngineUnavailable("no pod is ready to answer the Config API")
     pod = min(pods, key=lambda p: (p.outstanding, p.name))
-    upstream = _upstream(request, b"", None)
-
-    async def route(exclude: frozenset[Hashable], hold: bool) -> Dispatch:
-        if pod.name in exclude:
-            raise EngineUnavailable(f"pod {pod.name} ({pod.url}) is not answering")
-        return PodDispatch.of(
-            gateway.fleet, pod, Decision(pod.key, pod.name, "least_outstanding"), None
-        )
-
-    return RelayResponse(upstream, route, gateway.limits)
+    return RelayResponse(_upstream(request, b"", None), OnePod(gateway.fleet, pod), gateway.limits)
 
 
 ROUTES = [
     # The hot routes first: Starlette tries routes in order, and these paths are exact.
-    *[Route(p, openai, methods=["POST"]) for p in _OPENAI_PATHS],
+    *[Route(p, inference, methods=["POST"]) for p in _OPENAI_PATHS],
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
@@ -211,7 +173,7 @@ ROUTES = [
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/devices", list_devices, methods=["GET"]),
     Route("/v1/models/{rest:path}", model_call, methods=["GET", "POST"]),
-    *[Route(f"/v1/{kind}/{{model:path}}", native, methods=["POST"]) for kind in _NATIVE],
+    *[Route(f"/v1/{kind}/{{model:path}}", inference, methods=["POST"]) for kind in _NATIVE],
     Route("/v1/configs", configs, methods=["GET", "PUT", "DELETE"]),
     Route("/v1/configs/{rest:path}", configs, methods=["GET", "PUT", "DELETE"]),
 ]
@@ -220,61 +182,36 @@ ROUTES = [
 # -- helpers ---------------------------------------------------------------------------
 
 
-def _route(
-    gateway: Gateway, request: Request, body: bytes, model: str, payload: dict[str, Any] | None
-) -> Response:
-    """Relay a request for ``model`` to the pod the gateway picks (holding, retrying)."""
-    chosen = selection(
-        gateway.specs, gateway.catalogue, gateway.fleet, model, request.headers, payload
+def _route(gateway: Gateway, request: Request, routed: RoutedRequest) -> Response:
+    """Relay a request that names a model to the pod the gateway picks (holding, retrying)."""
+    chosen = selection(gateway.specs, gateway.catalogue, gateway.fleet, routed, request.headers)
+    choice = PodChoice(gateway.holder, chosen, routed.model, gateway.gauges)
+    return RelayResponse(
+        routed, choice, gateway.limits, on_done=choice.observe, arrived=time.monotonic()
     )
-    upstream = _upstream(request, body, model)
-    picked: list[PoolKey] = []
-
-    async def route(exclude: frozenset[Hashable], hold: bool) -> Dispatch:
-        pod, decision = await gateway.holder.pick(chosen, exclude, hold)
-        picked.append(pod.key)
-        return PodDispatch.of(gateway.fleet, pod, decision, model)
-
-    def done(seconds: float) -> None:
-        key = picked[-1] if picked else chosen.groups[0]
-        gateway.gauges.duration_of(key.pool, key.bundle).observe(seconds)
-
-    return RelayResponse(upstream, route, gateway.limits, on_done=done, arrived=time.monotonic())
 
 
-def _upstream(request: Request, body: bytes, model: str | None) -> Upstream:
+def _upstream(request: Request, body: bytes, model: str | None) -> RoutedRequest:
+    """A request routed without reading its body (model calls, configs)."""
     headers = forward_headers(request.scope["headers"])  # X-Request-Id: see RequestId
-    raw_path: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
-    target = raw_path.decode("latin-1").split("?", 1)[0]
-    query = request.scope.get("query_string", b"").decode("latin-1")
-    return Upstream(
-        method=request.method,
-        target=f"{target}?{query}" if query else target,
-        headers=headers,
-        body=body,
-        model=model,
-    )
+    return RoutedRequest(request.method, request_target(request), headers, body, model)
 
 
 def _target(pod: PodState) -> Target:
     return Target(f"pod {pod.name}", pod.name, pod.url, pod.wake.set)
 
 
-async def _ask_all(
+async def _answers_by_pod(
     gateway: Gateway, path: str, request: Request
 ) -> list[tuple[dict[str, str], Any]]:
-    """GET ``path`` from every ready pod at once; pods that fail are left out."""
-    headers = {
-        k: v for k, v in forward_headers(request.scope["headers"]) if k.lower() == "authorization"
-    }
+    """Every ready pod's answer to ``path``, with its pool, bundle and name."""
     pods = sorted(
         (p for g in gateway.fleet.groups.values() for p in g.routable()),
         key=lambda p: (p.key.pool, p.key.bundle, p.name),
     )
     keys = {p.name: p.key for p in pods}
-    answers = await ask_all(
-        gateway.client, [_target(p) for p in pods], path, headers, gateway.settings.poll_timeout_s
-    )
+    targets = [_target(p) for p in pods]
+    answers = await gateway.calls.ask_all(targets, path, request.scope["headers"])
     return [
         ({"pool": keys[t.label].pool, "bundle": keys[t.label].bundle, "pod": t.label}, body)
         for t, body in answers
@@ -285,9 +222,8 @@ async def _fan_out_to_holders(
     gateway: Gateway, request: Request, body: bytes, model: str
 ) -> Response:
     """unload / unpin on every ready pod that has the model (in the pools allowed)."""
-    chosen = selection(
-        gateway.specs, gateway.catalogue, gateway.fleet, model, request.headers, None
-    )
+    routed = _upstream(request, body, model)
+    chosen = selection(gateway.specs, gateway.catalogue, gateway.fleet, routed, request.headers)
     holders = sorted(
         (
             p
@@ -299,8 +235,4 @@ async def _fan_out_to_holders(
     )
     if not holders:
         return JSONResponse({"id": model, "state": "unloaded", "pods": []})
-    settings = gateway.settings
-    limits = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
-    targets = [_target(p) for p in holders]
-    upstream = _upstream(request, body, model)
-    return await fan_out(gateway.client, upstream, targets, header="x-sie-pod", limits=limits)
+    return await gateway.calls.fan_out(routed, [_target(p) for p in holders], "x-sie-pod")

@@ -22,12 +22,12 @@ import anyio
 from sie_worker.backends.hop import BackendDispatch
 from sie_worker.errors import EngineUnavailable, Provisioning, QueueFull
 from sie_worker.gateway.choice import Selection
-from sie_worker.gateway.metrics import HeldRequest
+from sie_worker.gateway.metrics import GatewayMetrics, HeldRequest
 from sie_worker.gateway.policy import Decision, choose
 from sie_worker.gateway.pools import PoolKey
 from sie_worker.gateway.state import Fleet, PodState
 
-__all__ = ["Holder", "PodDispatch"]
+__all__ = ["Holder", "OnePod", "PodChoice", "PodDispatch"]
 
 logger = logging.getLogger("sie_worker.gateway")
 
@@ -173,3 +173,41 @@ class PodDispatch(BackendDispatch):
 
     def finished(self, *, status: int | None) -> None:
         self.fleet.finished(self.pod, self.model, served=status is not None and status < 400)
+
+
+@dataclass
+class PodChoice:
+    """A try's pod, as :mod:`sie_worker.http.relay` asks for it: one of the pools the
+    selection allows (:meth:`Holder.pick`, holding while none is ready), accounted as one
+    try; :meth:`observe` records the request's time by the pool x bundle that served it."""
+
+    holder: Holder
+    selection: Selection
+    model: str | None
+    gauges: GatewayMetrics
+    served_by: PoolKey | None = None
+
+    async def __call__(self, exclude: frozenset[Hashable], hold: bool) -> PodDispatch:
+        pod, decision = await self.holder.pick(self.selection, exclude, hold)
+        self.served_by = pod.key
+        return PodDispatch.of(self.holder.fleet, pod, decision, self.model)
+
+    def observe(self, seconds: float) -> None:
+        key = self.served_by or self.selection.groups[0]
+        self.gauges.duration_of(key.pool, key.bundle).observe(seconds)
+
+
+@dataclass(frozen=True)
+class OnePod:
+    """A try on one given pod (the Config API's reads), refused once that pod failed."""
+
+    fleet: Fleet
+    pod: PodState
+
+    async def __call__(self, exclude: frozenset[Hashable], hold: bool) -> PodDispatch:
+        pod = self.pod
+        if pod.name in exclude:
+            raise EngineUnavailable(f"pod {pod.name} ({pod.url}) is not answering")
+        return PodDispatch.of(
+            self.fleet, pod, Decision(pod.key, pod.name, "least_outstanding"), None
+        )

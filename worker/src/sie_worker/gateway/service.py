@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 
 import anyio
 import httpx
@@ -29,6 +30,7 @@ from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.gateway.state import Fleet
 from sie_worker.http.relay import RelayLimits
 from sie_worker.http.transport import hop_client
+from sie_worker.sie_api.ids import AnyOf, served_or_asked
 
 __all__ = ["Gateway"]
 
@@ -62,9 +64,7 @@ class Gateway:
             resume_max=settings.resume_max,
             on_resume=self.gauges.resumed,
         )
-        self.calls = OwnCalls(
-            client, lambda: hop_client(httpx.Timeout(settings.poll_timeout_s)), "gateway"
-        )
+        self.calls = OwnCalls(client, partial(_build_client, settings), "gateway", settings)
         self.kube = kube
         self.local: LocalDiscovery | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -72,6 +72,15 @@ class Gateway:
     @property
     def client(self) -> httpx.AsyncClient:
         return self.calls.client
+
+    def known_ids(self) -> AnyOf:
+        """The model ids this gateway knows: the shipped configs' and what its pods list."""
+        return AnyOf(self.catalogue.models, self.fleet.known_models())
+
+    def model_id(self, asked: str, *, generate: bool = False) -> str:
+        """The model a request names, by the one model-id rule (:mod:`sie_worker.sie_api.ids`);
+        unknown: as asked, for :func:`~.choice.select_pools` to refuse or the pods to answer."""
+        return served_or_asked(asked, self.known_ids(), generate=generate)
 
     def drain(self) -> None:
         """Answer held requests at once (503 provisioning) and report not ready."""
@@ -110,3 +119,8 @@ class Gateway:
                 finally:
                     self.holder.drain()
                     tg.cancel_scope.cancel()
+
+
+def _build_client(settings: GatewaySettings) -> httpx.AsyncClient:
+    """The client of the gateway's own calls to its pods: polls, fan-outs, merged views."""
+    return hop_client(httpx.Timeout(settings.poll_timeout_s))

@@ -1,5 +1,6 @@
-"""What every relaying app reads from a client request: the ``model`` its JSON body names
-(the body's size limit is :mod:`sie_worker.http.request_limits`')."""
+"""The one reader of an OpenAI request body, for the worker, the slot router and the gateway:
+a JSON object naming its ``model``, else 400 ``invalid_request`` with one message (the
+body's size limit is :mod:`sie_worker.http.request_limits`')."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from typing import Any
 
 from sie_worker.errors import InvalidRequest
 
-__all__ = ["json_object", "model_in", "model_of"]
+__all__ = ["BODY_NEEDS_MODEL", "json_object", "model_in", "model_of", "read_payload"]
+
+BODY_NEEDS_MODEL = (
+    "the request body must be a JSON object whose 'model' is the id of a served model "
+    "(GET /v1/models lists them)"
+)
 
 
 def json_object(body: bytes) -> dict[str, Any] | None:
@@ -18,7 +24,7 @@ def json_object(body: bytes) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
         return None
     return data if isinstance(data, dict) else None
 
@@ -27,10 +33,17 @@ def model_in(payload: Mapping[str, Any] | None) -> str:
     """The ``model`` a request's JSON object names; :class:`InvalidRequest` without one."""
     model = payload.get("model") if payload is not None else None
     if not isinstance(model, str) or not model:
-        raise InvalidRequest(
-            "body: expected a JSON object whose field `model` is the id of the model to use"
-        )
+        raise InvalidRequest(BODY_NEEDS_MODEL, param="model")
     return model
+
+
+def read_payload(body: bytes) -> dict[str, Any]:
+    """The body's JSON object, which names a ``model`` (else :class:`InvalidRequest`)."""
+    payload = json_object(body)
+    if payload is None:
+        raise InvalidRequest(BODY_NEEDS_MODEL, param="model")
+    model_in(payload)
+    return payload
 
 
 def model_of(body: bytes) -> str:

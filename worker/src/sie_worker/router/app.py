@@ -12,8 +12,7 @@ with SIE's ``models`` list merged too).
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -27,23 +26,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sie_worker.backends.hop import OwnCalls
-from sie_worker.backends.prefix import prompt_blocks
-from sie_worker.config.lora_choice import split_model
+from sie_worker.backends.routed import model_action, read_routed
 from sie_worker.errors import (
-    EngineUnavailable,
-    NotFound,
     UnknownModel,
 )
 from sie_worker.http.app_shell import app_shell
-from sie_worker.http.fan_out import Target, ask_all, fan_out
+from sie_worker.http.fan_out import Target
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import Upstream
-from sie_worker.http.request import json_object, model_in
 from sie_worker.http.transport import hop_client
+from sie_worker.router.choice import AnySlot, ByPolicy, ChooseSlot, NamedSlot, no_slot
 from sie_worker.router.merge import merge_devices, merge_models
 from sie_worker.router.metrics import RouterMetrics
 from sie_worker.router.model_server_metrics import pod_series
-from sie_worker.router.policy import Decision
 from sie_worker.router.relay import SlotRelayResponse
 from sie_worker.router.request import SLOT_HEADER, named_slot, request_target
 from sie_worker.router.settings import RouterSettings
@@ -56,8 +51,6 @@ __all__ = ["SLOT_HEADER", "build_client", "create_router_app"]
 _OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 # SIE's native routes; the model is in the path ('/' written '__' for generate).
 _SIE_PATHS = ("/v1/encode/{model:path}", "/v1/score/{model:path}", "/v1/generate/{model:path}")
-_ACTIONS = ("load", "unload", "pin", "unpin")
-_Pick = Callable[[frozenset[int], bool], Awaitable[Decision]]  # slot choice: slots to avoid, hold
 
 
 def build_client(settings: RouterSettings) -> httpx.AsyncClient:
@@ -75,14 +68,14 @@ def create_router_app(
     router = _Router(settings, client, policy)
     routes = [
         # The hot routes first: Starlette tries routes in order, and these paths are exact.
-        *[Route(p, router.openai, methods=["POST"]) for p in _OPENAI_PATHS],
+        *[Route(p, router.inference, methods=["POST"]) for p in _OPENAI_PATHS],
         Route("/healthz", router.healthz, methods=["GET"]),
         Route("/readyz", router.readyz, methods=["GET"]),
         Route("/metrics", router.metrics, methods=["GET"]),
         Route("/v1/models", router.list_models, methods=["GET"]),
         Route("/v1/devices", router.list_devices, methods=["GET"]),
         Route("/v1/models/{rest:path}", router.model_call, methods=["GET", "POST"]),
-        *[Route(p, router.sie, methods=["POST"]) for p in _SIE_PATHS],
+        *[Route(p, router.inference, methods=["POST"]) for p in _SIE_PATHS],
         Route("/v1/configs", router.configs, methods=["GET"]),
         Route("/v1/configs/{rest:path}", router.configs, methods=["GET", "PUT", "DELETE"]),
         Route("/v1/{rest:path}", router.passthrough, methods=["GET", "POST", "PUT", "DELETE"]),
@@ -101,7 +94,7 @@ class _Router:
     ) -> None:
         self.settings = settings
         self.table = SlotTable(settings, RouterMetrics(settings.slot_count), policy=policy)
-        self.calls = OwnCalls(client, partial(build_client, settings), "router")
+        self.calls = OwnCalls(client, partial(build_client, settings), "router", settings)
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -139,7 +132,7 @@ class _Router:
     # -- merged views --------------------------------------------------------------------
 
     async def list_models(self, request: Request) -> Response:
-        answers = await self._ask_all("/v1/models", request)
+        answers = await self._answers_by_slot("/v1/models", request)
         infos = merge_model_infos(
             a["models"] for a in answers.values() if isinstance(a.get("models"), list)
         )
@@ -147,35 +140,34 @@ class _Router:
         return JSONResponse({**body, "slots": self._slot_summaries()})
 
     async def list_devices(self, request: Request) -> Response:
-        answers = await self._ask_all("/v1/devices", request)
+        answers = await self._answers_by_slot("/v1/devices", request)
         return JSONResponse({"devices": merge_devices(answers), "slots": self._slot_summaries()})
 
     # -- model calls ---------------------------------------------------------------------
 
     async def model_call(self, request: Request) -> Response:
         rest: str = request.path_params["rest"]
-        model, _, action = rest.rpartition("/")
         if request.method == "GET":
             return await self._get_model(rest, request)
-        if action not in _ACTIONS or not model:
-            raise NotFound(f"POST /v1/models/{rest}: use /v1/models/<id>/{{{','.join(_ACTIONS)}}}")
         named = named_slot(request, self.settings.slot_count)
+        if named is None:
+            await self._first_poll()  # the ids the slots serve, to resolve the model
+        model, action = model_action(rest, self.table.known_models())
         # Only calls that bring the model in are recorded as a load on their slot.
         loads = action in ("load", "pin")
         upstream = await self._upstream(request, model=model if loads else None)
         if named is not None:
-            return self._relay(upstream, self._to_named(named))
-        await self._first_poll()
+            return self._relay(upstream, NamedSlot(self.table, named))
         if action != "load":
             holders = self._holders(model, pinned_only=action == "unpin")
             if holders:
-                return await self._fan_out(upstream, holders)
+                return await self.calls.fan_out(upstream, self._targets(holders), SLOT_HEADER)
             if action != "pin":
-                return self._relay(upstream, self._to_any)
-        return self._relay(upstream, self._by_policy(model))
+                return self._relay(upstream, AnySlot(self.table))
+        return self._relay(upstream, ByPolicy(self.table, model))
 
     async def _get_model(self, model: str, request: Request) -> Response:
-        answers = await self._ask_all("/v1/models", request)
+        answers = await self._answers_by_slot("/v1/models", request)
         entries = {e["id"]: e for e in merge_models(answers)}
         model_id = resolve_model_id(model, entries)
         if model_id is None:
@@ -189,112 +181,47 @@ class _Router:
 
     # -- OpenAI requests and the rest ----------------------------------------------------
 
-    async def openai(self, request: Request) -> Response:
-        upstream = await self._upstream(request, model=None)
-        payload = json_object(upstream.body)
-        model = model_in(payload)
-        prefix = prompt_blocks(self.settings.prefix, model, payload)
+    async def inference(self, request: Request) -> Response:
+        # An OpenAI request or an SIE one (model in the path): the router's one request
+        # path, parse (and resolve) -> choose -> relay.
         named = named_slot(request, self.settings.slot_count)
         if named is None:
-            await self._first_poll()
-            # A LoRA adapter's request (model:adapter) goes where its base model is.
-            split = split_model(model, self.table.known_models())
-            model = split[0] if split is not None else model
-        upstream = Upstream(
-            upstream.method, upstream.target, upstream.headers, upstream.body, model
+            await self._first_poll()  # the ids the slots serve, to resolve the model
+        routed = await read_routed(
+            request,
+            self.table.known_models(),
+            self.settings.prefix,
+            target=request_target(request),
         )
         if named is not None:
-            return self._relay(upstream, self._to_named(named))
-        return self._relay(upstream, self._by_policy(model, prefix))
-
-    async def sie(self, request: Request) -> Response:
-        """An SIE request: routed like an OpenAI one, by the model its path names."""
-        generate = request.url.path.startswith("/v1/generate/")
-        await self._first_poll()
-        asked = request.path_params["model"]
-        known = self.table.known_models()
-        model = resolve_model_id(asked, known, generate=generate) or asked
-        upstream = await self._upstream(request, model=None)
-        upstream = Upstream(
-            upstream.method, upstream.target, upstream.headers, upstream.body, model
-        )
-        named = named_slot(request, self.settings.slot_count)
-        if named is not None:
-            return self._relay(upstream, self._to_named(named))
-        return self._relay(upstream, self._by_policy(model))
+            return self._relay(routed, NamedSlot(self.table, named))
+        return self._relay(routed, ByPolicy(self.table, routed.model or "", routed.prefix))
 
     async def configs(self, request: Request) -> Response:
         named = named_slot(request, self.settings.slot_count)
         upstream = await self._upstream(request, model=None)
         if named is not None:
-            return self._relay(upstream, self._to_named(named))
+            return self._relay(upstream, NamedSlot(self.table, named))
         await self._first_poll()
         if request.method == "GET":
-            return self._relay(upstream, self._to_any)
+            return self._relay(upstream, AnySlot(self.table))
         # Every slot serves the same config set, so writes go to all that answer.
         up = [s.index for s in self.table.slots if s.up]
         if not up:
-            raise self._no_slot()
-        return await self._fan_out(upstream, up)
+            raise no_slot(self.table)
+        return await self.calls.fan_out(upstream, self._targets(up), SLOT_HEADER)
 
     async def passthrough(self, request: Request) -> Response:
         named = named_slot(request, self.settings.slot_count)
         upstream = await self._upstream(request, model=None)
         await self._first_poll()
-        route = self._to_named(named) if named is not None else self._to_any
-        return self._relay(upstream, route)
+        pick = NamedSlot(self.table, named) if named is not None else AnySlot(self.table)
+        return self._relay(upstream, pick)
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _relay(self, upstream: Upstream, route: _Pick) -> Response:
-        return SlotRelayResponse(self.table, upstream, route)
-
-    def _by_policy(self, model: str, prefix: tuple[int, ...] = ()) -> _Pick:
-        async def route(exclude: frozenset[int], hold: bool) -> Decision:
-            deadline = time.monotonic() + self.settings.queue_timeout_s
-            queued = False
-            try:
-                while True:
-                    decision = self.table.decide(model, exclude=exclude, prefix=prefix)
-                    if decision is None:
-                        raise self._no_slot()
-                    if decision.reason != "wait":
-                        self.table.sent(decision.slot, prefix)
-                        return decision
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not hold:
-                        self.table.sent(decision.slot, prefix)
-                        return Decision(decision.slot, "least_outstanding")
-                    if not queued:
-                        self.table.metrics.queued.inc()
-                        queued = True
-                    with anyio.move_on_after(remaining):
-                        await self.table.changed()
-            finally:
-                if queued:
-                    self.table.metrics.queued.dec()
-
-        return route
-
-    async def _to_any(self, exclude: frozenset[int], hold: bool) -> Decision:
-        candidates = [s for s in self.table.slots if s.up and s.index not in exclude]
-        if not candidates:
-            raise self._no_slot()
-        best = min(candidates, key=lambda s: (s.outstanding, s.index))
-        return Decision(best.index, "least_outstanding")
-
-    def _to_named(self, slot: int) -> _Pick:
-        async def route(exclude: frozenset[int], hold: bool) -> Decision:
-            state = self.table.slots[slot]
-            # A named slot is tried unless it is out of rotation: one slow first poll
-            # does not make a slot "not answering" (three in a row, or a refusal, do).
-            if slot in exclude or state.down:
-                raise EngineUnavailable(
-                    f"slot {slot} ({state.url}) is not answering: {state.last_error}"
-                )
-            return Decision(slot, "named_slot")
-
-        return route
+    def _relay(self, upstream: Upstream, pick: ChooseSlot) -> Response:
+        return SlotRelayResponse(self.table, upstream, pick)
 
     def _holders(self, model: str, *, pinned_only: bool) -> list[int]:
         holders = []
@@ -305,13 +232,6 @@ class _Router:
             if entry.pinned if pinned_only else entry.state in ("ready", "loading"):
                 holders.append(view.index)
         return holders
-
-    def _no_slot(self) -> EngineUnavailable:
-        detail = "; ".join(
-            f"slot {s.index} ({s.url}): {s.last_error or 'not polled yet'}"
-            for s in self.table.slots
-        )
-        return EngineUnavailable(f"no slot of this pod is answering ({detail})")
 
     async def _first_poll(self) -> None:
         """Right after start, wait (bounded) until every slot was polled once."""
@@ -341,28 +261,10 @@ class _Router:
             for i in sorted(slots)
         ]
 
-    async def _fan_out(self, upstream: Upstream, slots: list[int]) -> Response:
-        """A call to several slots at once: the first failure, else the first answer."""
-        settings = self.settings
-        timeout = httpx.Timeout(
-            connect=settings.connect_timeout_s,
-            read=settings.read_timeout_s,
-            write=settings.read_timeout_s,
-            pool=settings.connect_timeout_s,
-        )
-        return await fan_out(
-            self.client, upstream, self._targets(slots), header=SLOT_HEADER, limits=timeout
-        )
-
-    async def _ask_all(self, path: str, request: Request) -> dict[int, Any]:
-        """GET ``path`` from every answering slot at once; slots that fail are left out."""
-        headers = {
-            k: v
-            for k, v in forward_headers(request.scope["headers"])
-            if k.lower() == "authorization"
-        }
+    async def _answers_by_slot(self, path: str, request: Request) -> dict[int, Any]:
+        """Every answering slot's answer to ``path``, by slot."""
         targets = self._targets([s.index for s in self.table.slots if s.up])
-        answers = await ask_all(self.client, targets, path, headers, self.settings.poll_timeout_s)
+        answers = await self.calls.ask_all(targets, path, request.scope["headers"])
         return {int(target.label): body for target, body in answers}
 
     def _slot_summaries(self) -> list[dict[str, Any]]:

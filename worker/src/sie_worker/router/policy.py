@@ -30,7 +30,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from sie_worker.backends.bound import load_cap
+from sie_worker.backends.bound import load_cap, within_bound
 from sie_worker.backends.prefix import PrefixPick
 from sie_worker.model_states import ModelState
 
@@ -142,7 +142,7 @@ def choose_by_prefix(
     eligible = {
         s.index
         for s in candidates
-        if s.outstanding + 1 <= cap and s.state_of(model) in ("ready", "loading")
+        if within_bound(s.outstanding, cap) and s.state_of(model) in ("ready", "loading")
     }
     found = pick(eligible) if eligible else None
     return Decision(found, "prefix") if isinstance(found, int) else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,16 +22,14 @@ from sie_worker.http import relay as _relay
 from sie_worker.http.relay import RelayLimits, Upstream
 from sie_worker.http.upstream import open_stream
 from sie_worker.http.upstream_answer import UpstreamAnswer
+from sie_worker.router.choice import ChooseSlot
 from sie_worker.router.policy import Decision
 from sie_worker.router.state import SlotTable
 
-__all__ = ["ChooseSlot", "SlotRelayResponse"]
+__all__ = ["SlotChoice", "SlotRelayResponse"]
 
 logger = logging.getLogger("sie_worker.router")
 
-# Picks the slot of a try, given the slots already tried; the flag: whether it may wait for
-# a slot (not for a resumption).
-ChooseSlot = Callable[[frozenset[int], bool], Awaitable[Decision]]
 # Unsent bytes held per relayed answer: past this, reading from the slot pauses until the
 # client has taken them, so a slow client slows its slot's stream instead of growing memory.
 _HIGH_WATER = 1024 * 1024
@@ -71,6 +69,35 @@ class _SlotDispatch(BackendDispatch):
         )
 
 
+@dataclass(frozen=True)
+class SlotChoice:
+    """A try's slot, as :mod:`sie_worker.http.relay` asks for it: ``pick`` chooses it (by
+    policy, by name, or any), then it is counted as dispatched and accounted as one try."""
+
+    table: SlotTable
+    model: str | None
+    pick: ChooseSlot
+
+    async def __call__(self, exclude: frozenset[Hashable], hold: bool) -> _relay.Dispatch:
+        table = self.table
+        decision = await self.pick(frozenset(k for k in exclude if isinstance(k, int)), hold)
+        table.metrics.decisions_of(decision.reason).inc()
+        table.dispatched(decision.slot, self.model, decision.reason)
+        # A request for a model that is not ready waits for it: counted as queued.
+        queued = self.model is not None and decision.reason != "ready"
+        if queued:
+            table.metrics.queued.inc()
+        headers = [
+            (b"x-sie-slot", str(decision.slot).encode()),
+            (b"x-sie-route-reason", decision.reason.encode()),
+        ]
+        slot = decision.slot
+        state = table.slots[slot]
+        return _SlotDispatch(
+            state, slot, f"slot {slot}", table, decision, self.model, queued, headers
+        )
+
+
 class SlotRelayResponse(_relay.RelayResponse):
     """Route (by slot), relay and account for one request."""
 
@@ -78,33 +105,14 @@ class SlotRelayResponse(_relay.RelayResponse):
         self,
         table: SlotTable,
         upstream: Upstream,
-        route: ChooseSlot,
+        pick: ChooseSlot,
         *,
         arrived: float | None = None,
     ) -> None:
         settings = table.settings
-
-        async def route_slot(exclude: frozenset[Hashable], hold: bool) -> _relay.Dispatch:
-            decision = await route(frozenset(k for k in exclude if isinstance(k, int)), hold)
-            table.metrics.decisions_of(decision.reason).inc()
-            table.dispatched(decision.slot, upstream.model, decision.reason)
-            # A request for a model that is not ready waits for it: counted as queued.
-            queued = upstream.model is not None and decision.reason != "ready"
-            if queued:
-                table.metrics.queued.inc()
-            headers = [
-                (b"x-sie-slot", str(decision.slot).encode()),
-                (b"x-sie-route-reason", decision.reason.encode()),
-            ]
-            slot = decision.slot
-            state = table.slots[slot]
-            return _SlotDispatch(
-                state, slot, f"slot {slot}", table, decision, upstream.model, queued, headers
-            )
-
         super().__init__(
             upstream,
-            route_slot,
+            SlotChoice(table, upstream.model, pick),
             RelayLimits(
                 settings.connect_timeout_s,
                 settings.read_timeout_s,

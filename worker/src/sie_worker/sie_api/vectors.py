@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import array
-import base64
 import binascii
 import math
 import struct
@@ -29,7 +28,9 @@ def float32_bytes(embedding: object) -> bytes | None:
     None when it is neither."""
     if isinstance(embedding, str):
         try:
-            data = base64.b64decode(embedding, validate=True)
+            # strict_mode checks the alphabet in C; b64decode(validate=True) runs a regular
+            # expression over the text first, a quarter of an SIE encode's worker CPU.
+            data = binascii.a2b_base64(embedding, strict_mode=True)
         except (binascii.Error, ValueError):
             return None
         return data if len(data) % 4 == 0 and data else None

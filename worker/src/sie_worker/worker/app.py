@@ -14,13 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sie_worker.config.lora_choice import check_adapter, split_model
+from sie_worker.config.lora_choice import check_adapter
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.errors import UnknownModel
 from sie_worker.http.app_shell import app_shell
 from sie_worker.http.transport import hop_client
 from sie_worker.settings import Settings
-from sie_worker.sie_api.ids import resolve_model_id
+from sie_worker.sie_api.ids import resolve_model_id, split_model
 from sie_worker.sie_api.models import model_detail, model_info, model_infos
 from sie_worker.worker import openapi
 from sie_worker.worker.config_store import ConfigStore, parse_body, plain

@@ -26,7 +26,6 @@ from sie_worker.config.lora_choice import (
     ADAPTER_FIELD,
     ADAPTER_FIELDS,
     request_adapter,
-    split_model,
     unknown_adapter,
 )
 from sie_worker.config.model import ServedModel
@@ -34,18 +33,19 @@ from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.engines.family import EngineFamily
 from sie_worker.engines.registry import family_of
 from sie_worker.errors import InvalidConfig, InvalidRequest, ModelLoading, Problem, UnknownModel
+from sie_worker.http.request import read_payload
 from sie_worker.http.request_id import REQUEST_ID_HEADER
 from sie_worker.settings import Settings
 from sie_worker.sie_api.call import EngineCall
 from sie_worker.sie_api.codec import decode_body, wants_json
 from sie_worker.sie_api.encode import encode_call, parse_encode
 from sie_worker.sie_api.generate import generate_call, parse_generate
-from sie_worker.sie_api.ids import resolve_model_id, with_profile
+from sie_worker.sie_api.ids import resolve_model_id, split_model, with_profile
 from sie_worker.sie_api.score import parse_score, score_call
 from sie_worker.worker.manager import ModelManager
 from sie_worker.worker.proxy import forward, open_lease
 from sie_worker.worker.records import ModelRecord
-from sie_worker.worker.request import ENGINE_TASKS, load_wait, read_payload
+from sie_worker.worker.request import ENGINE_TASKS, load_wait
 
 __all__ = ["SIE_PATHS", "openai_request", "resolve_sie_model", "sie_request"]
 
@@ -62,6 +62,7 @@ async def openai_request(request: Request) -> Response:
     SGLang's ``<served id>:<adapter>``; the adapter it names (that suffix, SGLang's
     ``lora_path``, or sie-sdk's ``lora_adapter``) goes to the engine as ``lora_path``."""
     started = time.monotonic()
+    _manager(request).group.require_leader()
     return await _serve(request, started, openai=await request.body())
 
 
@@ -149,9 +150,9 @@ async def _serve(
     ``openai``: an OpenAI body (relayed unchanged when the served model is the one it
     names); ``sie``: an SIE request's record and engine call (its body is the engine's
     JSON, not the client's). The adapter a request names must be one of the served
-    model's. Ranks >= 1 of a group of nodes serve nobody (``not_leader``)."""
+    model's. Both routes refuse first on a rank >= 1 of a group of nodes (``not_leader``),
+    before reading the body."""
     manager = _manager(request)
-    manager.group.require_leader()
     if sie is None:
         asked, call, raw, param = _openai_call(request, manager, openai or b"")
     else:

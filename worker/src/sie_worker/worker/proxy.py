@@ -33,7 +33,8 @@ running.
 
 A request of SIE's native API passes an ``answer`` (the engine's JSON answer -> the client's
 response) or ``events`` (a translator of each batch of events); without them the engine's
-answer is relayed as it is.
+answer is relayed as it is: a JSON answer as bytes, never parsed (only its first and last
+bytes are checked, so that a truncated one is a clean 502).
 """
 
 from __future__ import annotations
@@ -354,14 +355,28 @@ def _json_reply(
 ) -> Response:
     if status >= 400:
         raise engine_error(lease.model, status, content)
+    if answer is None:
+        # Relayed as bytes, never parsed: only its ends are looked at, so that an answer
+        # cut short, or an event stream where a JSON document belongs, is a clean 502.
+        if not _framed_as_json(content):
+            raise _not_json(lease, status)
+        return Response(content, status_code=status, media_type="application/json", headers=headers)
     try:
         payload: Any = json.loads(content)
     except ValueError as exc:
-        raise EngineUnavailable(
-            f"{lease.model}: engine answered {status} with a body that is not JSON"
-        ) from exc
-    if answer is not None:
-        response = answer(payload, lease.model)
-        response.headers.update(headers)
-        return response
-    return Response(content, status_code=status, media_type="application/json", headers=headers)
+        raise _not_json(lease, status) from exc
+    response = answer(payload, lease.model)
+    response.headers.update(headers)
+    return response
+
+
+def _framed_as_json(content: bytes) -> bool:
+    """Whether ``content`` begins and ends as a JSON object or array does."""
+    first, last = content[:64].lstrip()[:1], content[-64:].rstrip()[-1:]
+    return (first, last) in ((b"{", b"}"), (b"[", b"]"))
+
+
+def _not_json(lease: Lease, status: int) -> EngineUnavailable:
+    return EngineUnavailable(
+        f"{lease.model}: engine answered {status} with a body that is not JSON"
+    )

@@ -1,6 +1,5 @@
 """What the worker reads from an inference request before it acquires an engine. Pure.
 
-- :func:`read_payload`: the JSON body, which must be an object naming its ``model``;
 - :func:`grammar_target`: the served model that answers a grammar-constrained request
   (:func:`~sie_worker.config.runtime.is_grammar_constrained`) sent to a served id: the
   profile :func:`~sie_worker.config.grammar_routing.grammar_profile_for` names (the model's
@@ -16,14 +15,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from sie_worker.config.grammar_routing import grammar_profile_for
 from sie_worker.config.model import DEFAULT_PROFILE, ModelConfig
-from sie_worker.errors import InvalidRequest
 from sie_worker.http.errors import from_sie_sdk
 
 __all__ = [
@@ -33,7 +29,6 @@ __all__ = [
     "grammar_target",
     "load_wait",
     "prefer_wait",
-    "read_payload",
     "task_of",
 ]
 
@@ -46,22 +41,6 @@ ENDPOINT_TASKS: Mapping[str, str] = {
 ENGINE_TASKS: Mapping[str, str] = {**ENDPOINT_TASKS, "/v1/rerank": "score"}
 SIE_CLIENT_LOAD_WAIT_S = 120.0
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
-
-
-def read_payload(body: bytes) -> dict[str, Any]:
-    """The request's JSON object; :class:`InvalidRequest` unless it names a ``model``."""
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
-        raise InvalidRequest("the request body is not valid JSON") from None
-    if not isinstance(payload, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest(
-            "the request body needs a 'model' string (see GET /v1/models)", param="model"
-        )
-    return payload
 
 
 def grammar_target(config: ModelConfig, model_id: str) -> str:
