@@ -127,7 +127,7 @@ def test_any_interim_heads_then_the_final_answer_in_any_split_parse_to_that_answ
 
 @settings(max_examples=200)
 @given(
-    status=st.integers(200, 599),
+    status=_WITH_BODY,
     body=st.binary(min_size=1, max_size=200),
     chunked=st.booleans(),
     sizes=st.lists(st.integers(1, 64), max_size=6),
