@@ -92,6 +92,10 @@ class EngineFamily:
     # ("{pid}"), beside those the launcher sees its processes map: the launcher removes both
     # once the engine's group is gone.
     shm_names: tuple[str, ...] = ()
+    # Its /dev/shm files named after no process (SGLang's sglang_loads_<instance>_<hash>.shm,
+    # multiprocessing's sem.mp-*): removed when it stops if changed since it started and held
+    # by no live process.
+    shm_orphans: tuple[str, ...] = ()
     # On cpu devices it binds each rank to its core list itself (vLLM): its process keeps
     # the container's CPUs. Else the block's cores are the engine process's affinity.
     binds_ranks: bool = False

@@ -187,6 +187,9 @@ SGLANG = SGLangFamily(
     follower="serves",
     # Its TP0 scheduler's message queue (24 MiB), kept after a clean stop too.
     shm_names=("sgl_shm_mq_{pid}_*",),
+    # Its load snapshot (named after a random instance id) and multiprocessing's semaphores,
+    # left by a start killed before its processes were seen mapping them.
+    shm_orphans=("sglang_loads_*", "sem.mp-*"),
     load_series=LoadSeries(
         waiting="sglang:num_queue_reqs",
         running="sglang:num_running_reqs",

@@ -176,6 +176,7 @@ VLLM = VLLMFamily(
         kv_usage="vllm:kv_cache_usage_perc",
     ),
     binds_ranks=True,
+    shm_orphans=("sem.mp-*",),  # multiprocessing's semaphores of a killed rank
     adapters=(GENERATION, EMBEDDING),
     own_adapters=(GENERATION, EMBEDDING),
     owned_variables=("VLLM_CPU_OMP_THREADS_BIND",),

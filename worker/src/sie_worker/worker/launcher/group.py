@@ -28,6 +28,7 @@ __all__ = [
     "ranks_of",
     "remove_files",
     "shared_memory_of",
+    "unclaimed_files",
 ]
 
 SHM = Path("/dev/shm")
@@ -94,6 +95,25 @@ def named_files(patterns: Iterable[str], pids: Iterable[int], shm: Path = SHM) -
     return {
         path for pattern in patterns for pid in chosen for path in shm.glob(pattern.format(pid=pid))
     }
+
+
+def unclaimed_files(
+    patterns: Iterable[str], since: float, shm: Path = SHM, proc: Path = _PROC
+) -> set[Path]:
+    """The files under ``shm`` matching ``patterns`` (names tied to no pid, such as SGLang's
+    ``sglang_loads_*``), changed since ``since`` (epoch seconds), that no live process maps
+    or holds open: what an engine group killed before its files were seen left behind. A
+    file of another engine still running is held by it, so it stays."""
+    candidates: set[Path] = set()
+    for pattern in patterns:
+        for path in shm.glob(pattern):
+            with contextlib.suppress(OSError):
+                if path.stat().st_ctime >= since:
+                    candidates.add(path)
+    if not candidates:
+        return candidates
+    live = [int(entry.name) for entry in proc.iterdir() if entry.name.isdigit()]
+    return candidates - shared_memory_of(live, proc, shm)
 
 
 def remove_files(paths: Iterable[Path]) -> list[Path]:

@@ -42,6 +42,7 @@ from sie_worker.worker.launcher.group import (
     ranks_of,
     remove_files,
     shared_memory_of,
+    unclaimed_files,
 )
 from sie_worker.worker.launcher.group_guard import guard
 from sie_worker.worker.launcher.spawn import engine_scratch, preexec
@@ -89,6 +90,7 @@ class EngineProcess:
         ranks: re.Pattern[str] | None = None,
         scratch: Path | None = None,
         shm_names: tuple[str, ...] = (),
+        shm_orphans: tuple[str, ...] = (),
     ) -> None:
         self.model = model
         self.port = port
@@ -99,6 +101,8 @@ class EngineProcess:
         self.shared_memory: set[Path] = set()  # /dev/shm files its group was seen using
         self._pids: set[int] = set()  # every process of its group seen so far
         self._shm_names = shm_names  # its family's /dev/shm names of one process ("{pid}")
+        self._shm_orphans = shm_orphans  # its family's /dev/shm names tied to no pid
+        self._started_epoch = time.time() - 1.0  # its files are changed after this
         self._noted_at = 0.0
         self._rank_pattern = ranks
         self._scratch = scratch
@@ -119,11 +123,13 @@ class EngineProcess:
         cores: tuple[int, ...] | None = None,
         ranks: re.Pattern[str] | None = None,
         shm_names: tuple[str, ...] = (),
+        shm_orphans: tuple[str, ...] = (),
     ) -> EngineProcess:
         """Start the engine in a process group of its own, on ``cores`` (cpu devices);
         ``ranks``: the titles of its processes to watch once it is ready; ``shm_names``: the
         ``/dev/shm`` names its family gives a process's files (``{pid}`` its pid), removed
-        when it stops whatever stopped it."""
+        when it stops whatever stopped it; ``shm_orphans``: names tied to no pid, removed
+        when it stops if no live process holds them."""
         scratch, env = engine_scratch(env)
         try:
             process = await asyncio.create_subprocess_exec(
@@ -140,7 +146,15 @@ class EngineProcess:
             raise LoadFailed(f"{model}: cannot start engine {argv[0]!r}: {exc}") from exc
         _log.info("%s: engine started (pid %d, port %d)", model, process.pid, port)
         guard.add(process.pid, scratch)  # its own session: the group id is its pid
-        return cls(model, process, port, ranks=ranks, scratch=scratch, shm_names=shm_names)
+        return cls(
+            model,
+            process,
+            port,
+            ranks=ranks,
+            scratch=scratch,
+            shm_names=shm_names,
+            shm_orphans=shm_orphans,
+        )
 
     @property
     def pid(self) -> int:
@@ -261,7 +275,8 @@ class EngineProcess:
             task.cancel()
         await asyncio.gather(*self._rank_watchers, self._ended, return_exceptions=True)
         named = named_files(self._shm_names, self._pids)
-        removed = remove_files(self.shared_memory | named)
+        orphans = unclaimed_files(self._shm_orphans, self._started_epoch)
+        removed = remove_files(self.shared_memory | named | orphans)
         if removed:
             _log.info(
                 "%s: removed %d shared-memory file(s) of the engine", self.model, len(removed)

@@ -159,6 +159,7 @@ async def start_engine(
             cores=plan.cores,
             ranks=family.rank_processes,
             shm_names=family.shm_names,
+            shm_orphans=family.shm_orphans,
         )
         try:
             if plan.health_path is None:
