@@ -13,11 +13,7 @@ import pytest
 from tests.reliability._engine_group import complete, engine_group, load
 from tests.reliability._support import Launcher
 from tests.support.fake_hub import FakeHub, fetched_files
-from tests.support.llamacpp_models import (
-    LLAMACPP_BUNDLE,
-    LLAMACPP_GENERATION,
-    llamacpp_command,
-)
+from tests.support.llamacpp_models import LLAMACPP_BUNDLE, llamacpp_command, llamacpp_model
 from tests.support.tiny_gguf import write_tiny_gguf
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -27,19 +23,9 @@ REPO = "tests/tiny-GGUF"
 
 
 def _config(gguf_file: str) -> dict[str, Any]:
-    loadtime = {"gguf_file": gguf_file, "startup_timeout_s": 120, "request_read_timeout_s": 120}
-    return {
-        "sie_id": MODEL,
-        "hf_id": REPO,
-        "max_sequence_length": 256,
-        "tasks": {"generate": {"max_output_tokens": 64}},
-        "profiles": {
-            "default": {
-                "adapter_path": LLAMACPP_GENERATION,
-                "adapter_options": {"loadtime": loadtime},
-            }
-        },
-    }
+    config = llamacpp_model(MODEL, Path("unused"), gguf_file=gguf_file)
+    del config["model_path"]
+    return {**config, "hf_id": REPO}
 
 
 def test_a_hub_gguf_model_fetches_only_its_file_and_serves_from_the_snapshot(

@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support.fake_hub import FakeHub, fetched_files, synthetic_model_files
+from tests.support.fake_hub import (
+    FakeHub,
+    fetched_files,
+    gguf_repo_files,
+    synthetic_model_files,
+)
 
 SELECTED = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
 
@@ -264,13 +269,6 @@ def test_fetch_downloads_a_profiles_hub_lora_adapters_too(hub: FakeHub, tmp_path
 
 
 LLAMACPP = "sie_server.adapters.llamacpp.generation:LlamaCppGenerationAdapter"
-GGUF_REPO: dict[str, bytes] = {
-    "README.md": b"# tiny GGUF\n",
-    "config.json": b'{"model_type": "llama"}',
-    "tiny-Q4_K_M.gguf": b"GGUF" + b"4" * 20_000,
-    "tiny-Q8_0.gguf": b"GGUF" + b"8" * 30_000,
-    "model.safetensors": b"never fetched for llama.cpp",
-}
 
 
 def _gguf_config(folder: Path, sie_id: str, gguf_file: str) -> Path:
@@ -282,7 +280,7 @@ def _gguf_config(folder: Path, sie_id: str, gguf_file: str) -> Path:
 def test_a_llamacpp_model_fetches_only_its_gguf_file_and_another_config_the_other(
     hub: FakeHub, tmp_path: Path
 ) -> None:
-    hub.add_repo("org/tiny-GGUF", GGUF_REPO)
+    hub.add_repo("org/tiny-GGUF", gguf_repo_files())
     q4 = _gguf_config(tmp_path / "q4", "org/tiny-q4", "tiny-Q4_K_M.gguf")
     q8 = _gguf_config(tmp_path / "q8", "org/tiny-q8", "tiny-Q8_0.gguf")
     first = fetch(hub, tmp_path / "hf", str(q4))
@@ -311,7 +309,7 @@ def test_a_llamacpp_model_fetches_only_its_gguf_file_and_another_config_the_othe
 def test_a_gguf_file_the_repo_lacks_fails_naming_the_files_it_holds(
     hub: FakeHub, tmp_path: Path
 ) -> None:
-    hub.add_repo("org/tiny-GGUF", GGUF_REPO)
+    hub.add_repo("org/tiny-GGUF", gguf_repo_files())
     config = _gguf_config(tmp_path / "c", "org/tiny-q5", "tiny-Q5_K_M.gguf")
     done = fetch(hub, tmp_path / "hf", str(config))
     assert done.returncode == 1

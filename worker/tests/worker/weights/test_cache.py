@@ -3,36 +3,17 @@ file is not complete for another of the same commit, and each is found again off
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import huggingface_hub
 import pytest
-from huggingface_hub import constants as hf_constants
-from tests.support.fake_hub import FakeHub, fetched_files
+from tests.support.fake_hub import FakeHub, fetched_files, gguf_repo_files
 
 from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, cached_snapshot
 from sie_worker.worker.weights.download import fetch_snapshot
 from sie_worker.worker.weights.hub_errors import DownloadFailed
 
 REPO = "org/tiny-gguf"
-FILES: dict[str, bytes] = {
-    "README.md": b"# tiny\n",
-    "config.json": b'{"model_type": "llama"}',
-    "tiny-Q4_K_M.gguf": b"GGUF" + b"4" * 20_000,
-    "tiny-Q8_0.gguf": b"GGUF" + b"8" * 30_000,
-}
-
-
-@pytest.fixture(autouse=True)
-def online(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-
-
-@pytest.fixture
-def hub() -> Iterator[FakeHub]:
-    with FakeHub() as fake:
-        yield fake
 
 
 def _hub(hub: FakeHub, tmp_path: Path, *, offline: bool = False) -> HubSettings:
@@ -47,7 +28,7 @@ def test_a_key_shows_its_selection() -> None:
 def test_two_gguf_files_of_one_commit_are_fetched_and_trusted_separately(
     hub: FakeHub, tmp_path: Path
 ) -> None:
-    commit = hub.add_repo(REPO, FILES)
+    commit = hub.add_repo(REPO, gguf_repo_files())
     q4, q8 = (
         SnapshotKey(REPO, weights=("tiny-Q4_K_M.gguf",)),
         SnapshotKey(REPO, weights=("tiny-Q8_0.gguf",)),
@@ -74,7 +55,7 @@ def test_two_gguf_files_of_one_commit_are_fetched_and_trusted_separately(
 def test_a_removed_selected_file_makes_only_its_selection_incomplete(
     hub: FakeHub, tmp_path: Path
 ) -> None:
-    hub.add_repo(REPO, FILES)
+    hub.add_repo(REPO, gguf_repo_files())
     q4, q8 = (
         SnapshotKey(REPO, weights=("tiny-Q4_K_M.gguf",)),
         SnapshotKey(REPO, weights=("tiny-Q8_0.gguf",)),
@@ -89,7 +70,7 @@ def test_a_removed_selected_file_makes_only_its_selection_incomplete(
 def test_a_selection_the_repo_lacks_names_its_gguf_files_and_the_fix(
     hub: FakeHub, tmp_path: Path
 ) -> None:
-    hub.add_repo(REPO, FILES)
+    hub.add_repo(REPO, gguf_repo_files())
     key = SnapshotKey(REPO, weights=("tiny-Q5_K_M.gguf",))
     with pytest.raises(DownloadFailed) as failed:
         fetch_snapshot(key, _hub(hub, tmp_path))
@@ -104,7 +85,7 @@ def test_a_selection_the_repo_lacks_names_its_gguf_files_and_the_fix(
 def test_a_gguf_repo_prepared_with_hf_download_is_trusted_for_its_file(
     hub: FakeHub, tmp_path: Path
 ) -> None:
-    commit = hub.add_repo(REPO, FILES)
+    commit = hub.add_repo(REPO, gguf_repo_files())
     huggingface_hub.snapshot_download(REPO, cache_dir=tmp_path / "hub", endpoint=hub.url)
     key = SnapshotKey(REPO, weights=("tiny-Q8_0.gguf",))
     found = cached_snapshot(key, _hub(hub, tmp_path, offline=True))
