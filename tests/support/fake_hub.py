@@ -40,7 +40,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["FakeHub", "Request", "fetched_files", "synthetic_model_files", "tiny_model_files"]
+__all__ = [
+    "FakeHub",
+    "Request",
+    "fetched_files",
+    "gguf_repo_files",
+    "synthetic_model_files",
+    "tiny_model_files",
+]
 
 _LFS_MIN_BYTES = 10_000  # larger files are announced as LFS (X-Linked-* headers)
 _CHUNK = 1 << 20
@@ -419,6 +426,19 @@ def synthetic_model_files(
     files["model.safetensors.index.json"] = json.dumps(index).encode()
     files["consolidated.safetensors"] = _pseudo_random(per_shard * shards, 99)  # Mistral's own
     return files
+
+
+def gguf_repo_files() -> dict[str, Content]:
+    """A repo of two GGUF quantizations (``tiny-Q4_K_M.gguf``, ``tiny-Q8_0.gguf``; not real
+    models) with a README, a config.json and a safetensors file a llama.cpp model never
+    fetches."""
+    return {
+        "README.md": b"# tiny GGUF\n",
+        "config.json": b'{"model_type": "llama"}',
+        "tiny-Q4_K_M.gguf": b"GGUF" + _pseudo_random(20_000, 4),
+        "tiny-Q8_0.gguf": b"GGUF" + _pseudo_random(30_000, 8),
+        "model.safetensors": _pseudo_random(1_000, 5),
+    }
 
 
 def tiny_model_files(model_dir: Path) -> dict[str, Content]:

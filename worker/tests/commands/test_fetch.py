@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support.fake_hub import FakeHub, fetched_files, synthetic_model_files
+from tests.support.fake_hub import (
+    FakeHub,
+    fetched_files,
+    gguf_repo_files,
+    synthetic_model_files,
+)
 
 SELECTED = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
 
@@ -261,3 +266,52 @@ def test_fetch_downloads_a_profiles_hub_lora_adapters_too(hub: FakeHub, tmp_path
     assert "org/sql-lora@main (org/a:sql): 2 files" in done.stdout
     snapshot = tmp_path / "hf" / "hub" / "models--org--sql-lora" / "snapshots" / commit
     assert (snapshot / "adapter_model.safetensors").is_file()
+
+
+LLAMACPP = "sie_server.adapters.llamacpp.generation:LlamaCppGenerationAdapter"
+
+
+def _gguf_config(folder: Path, sie_id: str, gguf_file: str) -> Path:
+    loadtime = {"gguf_file": gguf_file}
+    profile = {"adapter_path": LLAMACPP, "adapter_options": {"loadtime": loadtime}}
+    return write(folder, sie_id, hf_id="org/tiny-GGUF", profiles={"default": profile})
+
+
+def test_a_llamacpp_model_fetches_only_its_gguf_file_and_another_config_the_other(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    hub.add_repo("org/tiny-GGUF", gguf_repo_files())
+    q4 = _gguf_config(tmp_path / "q4", "org/tiny-q4", "tiny-Q4_K_M.gguf")
+    q8 = _gguf_config(tmp_path / "q8", "org/tiny-q8", "tiny-Q8_0.gguf")
+    first = fetch(hub, tmp_path / "hf", str(q4))
+    assert first.returncode == 0, first.stderr
+    assert sorted(fetched_files(hub, "org/tiny-GGUF")) == ["config.json", "tiny-Q4_K_M.gguf"]
+    assert "org/tiny-GGUF@main [tiny-Q4_K_M.gguf] (org/tiny-q4): 2 files" in first.stdout
+    hub.requests.clear()
+    second = fetch(hub, tmp_path / "hf", str(q8))
+    assert second.returncode == 0, second.stderr
+    assert fetched_files(hub, "org/tiny-GGUF") == ["tiny-Q8_0.gguf"]
+    snapshots = list((tmp_path / "hf" / "hub" / "models--org--tiny-GGUF" / "snapshots").iterdir())
+    assert len(snapshots) == 1
+    assert sorted(p.name for p in snapshots[0].iterdir()) == [
+        "config.json",
+        "tiny-Q4_K_M.gguf",
+        "tiny-Q8_0.gguf",
+    ]
+    # Both are complete now: offline, neither needs the hub.
+    hub.requests.clear()
+    both = fetch(hub, tmp_path / "hf", str(q4), str(q8), HF_HUB_OFFLINE="1")
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.count("already complete in the cache") == 2
+    assert hub.requests == []
+
+
+def test_a_gguf_file_the_repo_lacks_fails_naming_the_files_it_holds(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    hub.add_repo("org/tiny-GGUF", gguf_repo_files())
+    config = _gguf_config(tmp_path / "c", "org/tiny-q5", "tiny-Q5_K_M.gguf")
+    done = fetch(hub, tmp_path / "hf", str(config))
+    assert done.returncode == 1
+    assert "its .gguf files: tiny-Q4_K_M.gguf, tiny-Q8_0.gguf" in done.stderr
+    assert fetched_files(hub, "org/tiny-GGUF") == []

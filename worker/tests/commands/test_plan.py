@@ -272,3 +272,34 @@ def _key() -> Any:
     from sie_worker.worker.weights.cache import SnapshotKey
 
     return SnapshotKey("my-org/my-large-model")
+
+
+def test_a_llamacpp_model_is_planned_from_the_snapshot_complete_for_its_gguf_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from sie_worker.worker.weights.cache import SnapshotKey, mark_complete
+
+    config = tmp_path / "gguf.yaml"
+    config.write_text(
+        "sie_id: org/tiny-q8\nhf_id: org/tiny-GGUF\n"
+        "tasks: {generate: {context_length: 256, max_output_tokens: 16}}\n"
+        "profiles:\n  default:\n"
+        "    adapter_path: sie_server.adapters.llamacpp.generation:LlamaCppGenerationAdapter\n"
+        "    adapter_options: {loadtime: {gguf_file: tiny-Q8_0.gguf}}\n"
+    )
+    commit = "d" * 40
+    repo = tmp_path / "hub" / "models--org--tiny-GGUF"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "tiny-Q4_K_M.gguf").write_bytes(b"GGUF4")
+    q4 = SnapshotKey("org/tiny-GGUF", weights=("tiny-Q4_K_M.gguf",))
+    mark_complete(q4, repo, commit, {"tiny-Q4_K_M.gguf": 5})
+    # Complete for the other file only: the load would download, and the plan says so.
+    assert main(["plan", str(config), "--devices", "cpu:0"]) == 0
+    assert "org/tiny-GGUF@main [tiny-Q8_0.gguf] is not complete" in capsys.readouterr().err
+
+    (snapshot / "tiny-Q8_0.gguf").write_bytes(b"GGUF8")
+    q8 = SnapshotKey("org/tiny-GGUF", weights=("tiny-Q8_0.gguf",))
+    mark_complete(q8, repo, commit, {"tiny-Q8_0.gguf": 5})
+    argv = plan(capsys, str(config), "--devices", "cpu:0")["argv"]
+    assert argv[argv.index("-m") + 1] == str(snapshot / "tiny-Q8_0.gguf")

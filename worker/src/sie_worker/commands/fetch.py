@@ -3,9 +3,11 @@
 Fetches the snapshot of every model config named (a folder stands for the configs under
 it; none named: $SIE_CONFIG_DIR) into the Hugging Face cache (HF_HUB_CACHE, else
 $HF_HOME/hub) exactly as a worker does before it starts an engine: the same files (configs,
-tokenizer, one copy of the weights), the same revision (``revision``/``hf_revision``), from
+tokenizer, one copy of the weights, or the file the engine selects: llama.cpp's
+``gguf_file``), the same revision (``revision``/``hf_revision``), from
 HF_ENDPOINT with HF_TOKEN. Models with a local model_path are skipped, and profiles of one
-config share one snapshot.
+config that select the same weights share one snapshot. A profile without adapter_path runs
+the default adapter of SIE_BUNDLE's engine, as on the worker.
 
 Idempotent: a snapshot already complete in the cache is not fetched again and needs no
 network (--refresh asks the hub whether the revision moved). Resumable: a dropped
@@ -35,9 +37,11 @@ from sie_worker.config.files.reader import config_files, load_config_file
 from sie_worker.config.lora import lora_adapters
 from sie_worker.config.model import ModelConfig, served_models
 from sie_worker.errors import InvalidConfig, Problem
+from sie_worker.settings import Settings
 from sie_worker.worker.weights.cache import HubSettings, Snapshot, SnapshotKey
 from sie_worker.worker.weights.download import fetch_snapshot
 from sie_worker.worker.weights.hub_errors import DownloadFailed
+from sie_worker.worker.weights.model_key import model_key
 from sie_worker.worker.weights.progress import Progress
 
 __all__ = ["register", "run"]
@@ -57,7 +61,7 @@ def register(sub: Any) -> None:
         description=__doc__.split("\n\n", 1)[1].replace("``", "") if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Environment: HF_HOME, HF_HUB_CACHE, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE "
-        "(then only checks the cache), SIE_CONFIG_DIR.",
+        "(then only checks the cache), SIE_CONFIG_DIR, SIE_BUNDLE.",
     )
     parser.add_argument(
         "paths", nargs="*", metavar="FILE|DIR", type=Path, help="model config files or folders"
@@ -164,6 +168,9 @@ def _targets(configs: Sequence[ModelConfig], wanted: str | None) -> tuple[list[_
             )
     targets: dict[SnapshotKey, _Target] = {}
     skipped: list[str] = []
+    # Only the bundle matters here (the engine of a profile without adapter_path); the
+    # worker's devices are not read, so a prefetch container needs none of them.
+    settings = Settings(bundle=os.environ.get("SIE_BUNDLE", "").strip() or "default")
     for model in chosen:
         config = served[model].config
         # A profile's LoRA adapters from the hub are fetched with it.
@@ -174,9 +181,10 @@ def _targets(configs: Sequence[ModelConfig], wanted: str | None) -> tuple[list[_
         if config.model_path is not None:
             skipped.append(model)
             continue
-        key = SnapshotKey.of(config.hf_id, served[model].revision)
+        key = model_key(served[model], settings)
         targets.setdefault(key, _Target(key)).models.append(model)
-    return sorted(targets.values(), key=lambda t: (t.key.repo_id, t.key.revision)), skipped
+    order = sorted(targets.values(), key=lambda t: (t.key.repo_id, t.key.revision, t.key.weights))
+    return order, skipped
 
 
 def _fetch(target: _Target, hub: HubSettings, refresh: bool, show: bool) -> tuple[Snapshot, float]:

@@ -51,7 +51,8 @@ from sie_worker.worker.launcher.plan import plan_launch
 from sie_worker.worker.launcher.ranks import group_rank
 from sie_worker.worker.placement.claims import need_of, share_at_start
 from sie_worker.worker.placement.memory import device_memory
-from sie_worker.worker.weights.cache import HubSettings, SnapshotKey, cached_snapshot
+from sie_worker.worker.weights.cache import HubSettings, cached_snapshot
+from sie_worker.worker.weights.model_key import model_key
 
 __all__ = ["register", "run"]
 
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             print(problem)
         return 1
     if options.model_path is None and settings.weights_download == "worker":
-        key = SnapshotKey.of(config.hf_id, served.revision)
+        key = model_key(served, settings)
         snapshot = cached_snapshot(key, HubSettings.from_env(os.environ))
         if snapshot is not None:
             options = dataclasses.replace(options, model_path=str(snapshot.path))

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import huggingface_hub
 import pytest
-from huggingface_hub import constants as hf_constants
 from tests.support.fake_hub import FakeHub, fetched_files, synthetic_model_files
 
 from sie_worker.worker.weights import download
@@ -22,19 +21,6 @@ from sie_worker.worker.weights.shared import SnapshotDownloads
 
 REPO = "org/tiny"
 SELECTED = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
-
-
-@pytest.fixture(autouse=True)
-def online(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The session may have imported huggingface_hub under HF_HUB_OFFLINE=1 (model fixtures);
-    # the hub here is local, so the library may use the network.
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-
-
-@pytest.fixture
-def hub() -> Iterator[FakeHub]:
-    with FakeHub() as fake:
-        yield fake
 
 
 def settings(hub: FakeHub, tmp_path: Path, **changes: object) -> HubSettings:

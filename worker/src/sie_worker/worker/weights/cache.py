@@ -5,6 +5,9 @@ when it is trusted complete, and how completion is recorded. No network.
   file was checked) names files that are all there, or, for a cache prepared with ``hf
   download``, when huggingface_hub's own cached listing of the commit shows every selected
   file present.
+- Each selection of weight files has its own record (``SnapshotKey.weights``, an engine's
+  own choice such as llama.cpp's GGUF file): one commit fetched for one GGUF file is not
+  complete for another.
 - The record is written before ``refs/<revision>``, each atomically: a ref never names a
   commit whose record is missing, and a half-written file is never read.
 """
@@ -29,6 +32,7 @@ from sie_worker.worker.weights.files import (
     index_shards,
     is_commit,
     is_offline,
+    marker_name,
     marker_text,
     missing_files,
     parse_marker,
@@ -71,17 +75,21 @@ class HubSettings:
 
 @dataclass(frozen=True)
 class SnapshotKey:
-    """One snapshot: a model repo at a revision (branch, tag or commit)."""
+    """One snapshot: a model repo at a revision (branch, tag or commit), with the weight
+    files its engine selects (fnmatch patterns over repo paths; (): the usual choice of one
+    weight format, :func:`~sie_worker.worker.weights.files.plan_files`)."""
 
     repo_id: str
     revision: str = DEFAULT_REVISION
+    weights: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, repo_id: str, revision: str | None) -> SnapshotKey:
-        return cls(repo_id, revision or DEFAULT_REVISION)
+    def of(cls, repo_id: str, revision: str | None, weights: tuple[str, ...] = ()) -> SnapshotKey:
+        return cls(repo_id, revision or DEFAULT_REVISION, weights)
 
     def __str__(self) -> str:
-        return f"{self.repo_id}@{self.revision}"
+        chosen = f" [{', '.join(self.weights)}]" if self.weights else ""
+        return f"{self.repo_id}@{self.revision}{chosen}"
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,8 @@ def mark_complete(
     """Record the snapshot as complete, then point ``refs/<revision>`` at it (in that
     order: a ref never names a commit whose record is missing)."""
     _write_atomic(
-        repo_dir / MARKER_FOLDER / f"{commit}.json", marker_text(key.repo_id, commit, files)
+        repo_dir / MARKER_FOLDER / marker_name(commit, key.weights),
+        marker_text(key.repo_id, commit, files, key.weights),
     )
     if not is_commit(key.revision) and _read_ref(repo_dir, key.revision) != commit:
         _write_atomic(repo_dir / "refs" / key.revision, commit)
@@ -159,7 +168,8 @@ def cached_snapshot(key: SnapshotKey, hub: HubSettings) -> Snapshot | None:
         return None
     snapshot_dir = repo_dir / "snapshots" / commit
     try:
-        marker = (repo_dir / MARKER_FOLDER / f"{commit}.json").read_text(encoding="utf-8")
+        marker_file = repo_dir / MARKER_FOLDER / marker_name(commit, key.weights)
+        marker = marker_file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         files = _files_from_hub_listing(key, hub, commit, snapshot_dir)
         if files is None:
@@ -167,7 +177,7 @@ def cached_snapshot(key: SnapshotKey, hub: HubSettings) -> Snapshot | None:
         with contextlib.suppress(OSError):  # a read-only cache stays usable
             mark_complete(key, repo_dir, commit, files)
         return Snapshot(snapshot_dir, commit, files, cached=True)
-    files = parse_marker(marker, key.repo_id, commit)
+    files = parse_marker(marker, key.repo_id, commit, key.weights)
     if files is None or missing_files(files, present_files(snapshot_dir, files)):
         return None
     return Snapshot(snapshot_dir, commit, files, cached=True)
@@ -186,7 +196,7 @@ def _files_from_hub_listing(
         return None
     sizes: dict[str, int | None] = {f.path: f.size for f in tree}
     try:
-        plan = plan_files(sizes)
+        plan = plan_files(sizes, key.weights)
         shards = read_index(snapshot_dir, plan) if plan.index else frozenset[str]()
         wanted = (*plan.support, *weight_files(plan, sizes, shards))
     except (NoWeights, OSError, ValueError):

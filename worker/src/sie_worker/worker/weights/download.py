@@ -11,7 +11,8 @@ is :mod:`sie_worker.worker.weights.files` (pure); this module is the shell aroun
   with ``hf download`` is trusted when huggingface_hub's own listing of the commit shows
   every selected file present.
 - Otherwise (and never with ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``) the revision is
-  resolved on ``HF_ENDPOINT`` with ``HF_TOKEN``, the support files and then the weights are
+  resolved on ``HF_ENDPOINT`` with ``HF_TOKEN``, the support files and then the weights
+  (the key's selection: an engine's own choice such as llama.cpp's GGUF file) are
   downloaded (8 files at a time; a dropped connection resumes from the byte it reached, a
   file that arrived earlier is not fetched again), every file is checked, and only then
   the completion record and ``refs/<revision>`` are written.
@@ -105,7 +106,7 @@ def _download(
     if not commit or not is_commit(commit):
         raise DownloadFailed(f"{key}: {hub.endpoint} answered without a commit for the revision")
     sizes: dict[str, int | None] = {s.rfilename: s.size for s in info.siblings or []}
-    plan = plan_files(sizes)
+    plan = plan_files(sizes, key.weights)
     repo_dir = repo_path(key, hub)
     snapshot_dir = repo_dir / "snapshots" / commit
     if plan.index is not None:  # the shards to fetch are the ones the index names

@@ -11,8 +11,16 @@ file of the format, ``consolidated*`` left out when other files of the format ex
 Folders of other runtimes or of the original checkpoint (:data:`EXCLUDED_FOLDERS`:
 ``original/``, ``onnx/``, ``openvino/``, ...) are never fetched.
 
+An engine may instead select its weight files (``EngineFamily.weight_selection``: llama.cpp
+takes the model's ``gguf_file``, else ``*.gguf``): the support files as above plus exactly
+the files the patterns match (``fnmatch`` over repo paths; a path without wildcards is
+taken wherever it is, a wildcard skips excluded folders), a split GGUF's first part
+(``<name>-00001-of-0000N.gguf``) bringing every part, and no other weight format.
+
 **Trust.** A snapshot is trusted only when its completion record, written by the worker
-after every selected file arrived, lists files that are all present with their sizes. A
+after every selected file arrived, lists files that are all present with their sizes. Each
+selection has its own record (:func:`marker_name`), so a snapshot fetched for one GGUF file
+is not taken as complete for another of the same commit. A
 download that stopped halfway leaves no record, so no later load (offline or not) starts
 an engine on half a snapshot.
 
@@ -23,9 +31,10 @@ counts twice; the total is unknown until every selected file's size is.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,6 +42,7 @@ __all__ = [
     "DEFAULT_REVISION",
     "EXCLUDED_FOLDERS",
     "MARKER_FOLDER",
+    "SELECTED",
     "SUPPORT_PATTERNS",
     "WEIGHT_FORMATS",
     "FilePlan",
@@ -43,6 +53,7 @@ __all__ = [
     "index_shards",
     "is_commit",
     "is_offline",
+    "marker_name",
     "marker_text",
     "missing_files",
     "parse_marker",
@@ -52,7 +63,9 @@ __all__ = [
 ]
 
 DEFAULT_REVISION: Final = "main"
-MARKER_FOLDER: Final = "sie-complete"  # under models--org--name/, one <commit>.json each
+# Under models--org--name/: one <commit>.json each, <commit>-<selection digest>.json for an
+# engine's own selection of weight files (marker_name).
+MARKER_FOLDER: Final = "sie-complete"
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})  # what huggingface_hub reads as true
 
@@ -127,8 +140,12 @@ def _matches(path: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(_name(path), pattern)
 
 
-def plan_files(repo_files: Iterable[str]) -> FilePlan:
-    """The files to fetch from a repo listing. Raises :class:`NoWeights`."""
+def plan_files(repo_files: Iterable[str], selection: Sequence[str] = ()) -> FilePlan:
+    """The files to fetch from a repo listing: the support files and the weights
+    ``selection`` names (fnmatch patterns over repo paths), or, when it is empty, the usual
+    one weight format. Raises :class:`NoWeights`."""
+    if selection:
+        return _plan_selected(sorted(set(repo_files)), tuple(selection))
     files = sorted({f for f in repo_files if not _excluded(f)})
     for fmt in WEIGHT_FORMATS:
         candidates = [f for f in files if _matches(f, fmt.pattern)]
@@ -143,6 +160,71 @@ def plan_files(repo_files: Iterable[str]) -> FilePlan:
         weights = None if index else tuple(_without_consolidated(candidates))
         return FilePlan(fmt, support, index, weights)
     raise NoWeights(_no_weights_message(files))
+
+
+# The format of a plan whose weights an engine selected: no index, any file name.
+SELECTED: Final = WeightFormat("selected", "*", "")
+# A split GGUF (llama.cpp's gguf-split): <name>-00001-of-00003.gguf; the engine is given the
+# first part and reads the others beside it.
+_SPLIT_GGUF = re.compile(
+    r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<parts>\d{5})(?P<ext>\.gguf)$", re.IGNORECASE
+)
+
+
+def _plan_selected(files: list[str], selection: tuple[str, ...]) -> FilePlan:
+    chosen: set[str] = set()
+    for pattern in selection:
+        if _has_wildcard(pattern):
+            chosen.update(f for f in files if not _excluded(f) and fnmatch.fnmatchcase(f, pattern))
+        elif pattern in files:
+            chosen.add(pattern)
+    if not chosen:
+        raise NoWeights(_nothing_selected(files, selection))
+    weights = _with_split_parts(chosen, set(files))
+    support = tuple(
+        f
+        for f in files
+        if f not in weights and not _excluded(f) and any(_matches(f, p) for p in SUPPORT_PATTERNS)
+    )
+    return FilePlan(SELECTED, support, None, weights)
+
+
+def _has_wildcard(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _with_split_parts(chosen: set[str], present: set[str]) -> tuple[str, ...]:
+    """``chosen`` with every part of each split GGUF whose first part it holds. Raises
+    :class:`NoWeights` when the repo lacks a part."""
+    out = set(chosen)
+    for path in chosen:
+        split = _SPLIT_GGUF.match(path)
+        if split is None or int(split.group("part")) != 1:
+            continue
+        stem, parts, ext = split.group("stem", "parts", "ext")
+        names = [f"{stem}-{k:05d}-of-{parts}{ext}" for k in range(1, int(parts) + 1)]
+        absent = [n for n in names if n not in present]
+        if absent:
+            raise NoWeights(
+                f"{path} is part 1 of {int(parts)}, but the repo lacks {', '.join(absent[:3])}"
+            )
+        out.update(names)
+    return tuple(sorted(out))
+
+
+def _nothing_selected(files: list[str], selection: tuple[str, ...]) -> str:
+    """What a repo holds instead of the selection: its files of the selection's kinds (its
+    .gguf files), else the kinds of files it holds."""
+    suffixes = {p.rsplit(".", 1)[-1].lower() for p in selection if "." in _name(p)}
+    alike = [f for f in files if "." in _name(f) and f.rsplit(".", 1)[-1].lower() in suffixes]
+    wanted = ", ".join(selection)
+    if alike:
+        kinds = ", ".join(sorted({f".{f.rsplit('.', 1)[-1]}" for f in alike}))
+        shown = ", ".join(alike[:10]) + (f" and {len(alike) - 10} more" if len(alike) > 10 else "")
+        return f"has no {wanted} (the weights its engine takes); its {kinds} files: {shown}"
+    held = sorted({_name(f).rsplit(".", 1)[-1] for f in files if "." in _name(f)})
+    found = ", ".join(f"*.{k}" for k in held) or "no files"
+    return f"has no {wanted} (the weights its engine takes); it holds {found}"
 
 
 def _without_consolidated(candidates: list[str]) -> list[str]:
@@ -222,20 +304,37 @@ def missing_files(
     )
 
 
-def marker_text(repo_id: str, commit: str, files: Mapping[str, int | None]) -> str:
-    return json.dumps(
-        {"repo_id": repo_id, "commit": commit, "files": dict(sorted(files.items()))},
-        indent=1,
-    )
+def marker_name(commit: str, weights: Sequence[str] = ()) -> str:
+    """The completion record's file name: ``<commit>.json`` for the usual choice of weights,
+    ``<commit>-<digest of the selection>.json`` for an engine's own selection."""
+    if not weights:
+        return f"{commit}.json"
+    digest = hashlib.sha256(json.dumps(list(weights)).encode()).hexdigest()[:16]
+    return f"{commit}-{digest}.json"
 
 
-def parse_marker(text: str, repo_id: str, commit: str) -> dict[str, int | None] | None:
-    """The files a completion record lists, or None when it is not one for this commit."""
+def marker_text(
+    repo_id: str, commit: str, files: Mapping[str, int | None], weights: Sequence[str] = ()
+) -> str:
+    data: dict[str, Any] = {"repo_id": repo_id, "commit": commit}
+    if weights:
+        data["weights"] = list(weights)
+    data["files"] = dict(sorted(files.items()))
+    return json.dumps(data, indent=1)
+
+
+def parse_marker(
+    text: str, repo_id: str, commit: str, weights: Sequence[str] = ()
+) -> dict[str, int | None] | None:
+    """The files a completion record lists, or None when it is not one for this commit and
+    selection of weights."""
     try:
         data = json.loads(text)
     except ValueError:
         return None
     if not isinstance(data, dict) or data.get("repo_id") != repo_id or data.get("commit") != commit:
+        return None
+    if data.get("weights", []) != list(weights):
         return None
     files = data.get("files")
     if not isinstance(files, dict) or not files:

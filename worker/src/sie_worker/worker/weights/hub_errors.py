@@ -64,7 +64,13 @@ def hub_errors(key: SnapshotKey, hub: HubSettings) -> Iterator[None]:
     except (DownloadFailed, DownloadCancelled):
         raise
     except NoWeights as exc:
-        raise DownloadFailed(f"{key} {exc}; point hf_id at a repo in one of those formats") from exc
+        fix = (
+            "name one of its files in the profile's adapter_options.loadtime, or point hf_id "
+            "at a repo that holds it"
+            if key.weights
+            else "point hf_id at a repo in one of those formats"
+        )
+        raise DownloadFailed(f"{key} {exc}; {fix}") from exc
     except GatedRepoError as exc:
         status = _status(exc)
         token = "HF_TOKEN is not set" if hub.token is None else "the HF_TOKEN account has no access"

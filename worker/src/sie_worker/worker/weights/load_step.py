@@ -20,6 +20,7 @@ from sie_worker.config.model import ServedModel
 from sie_worker.settings import Settings
 from sie_worker.worker.metrics import WorkerMetrics
 from sie_worker.worker.weights.cache import HubSettings, SnapshotKey
+from sie_worker.worker.weights.model_key import model_key
 from sie_worker.worker.weights.progress import Progress
 from sie_worker.worker.weights.shared import DownloadHandle, SnapshotDownloads
 
@@ -38,7 +39,7 @@ class ModelWeights:
 
     def join(self, served: ServedModel) -> DownloadHandle:
         """Join (or start) the download of the model's snapshot; its progress is live."""
-        return self._downloads.join(SnapshotKey.of(served.config.hf_id, served.revision))
+        return self._downloads.join(model_key(served, self._settings))
 
     async def local_options(
         self, model_id: str, served: ServedModel, handle: DownloadHandle
