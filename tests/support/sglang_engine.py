@@ -32,7 +32,7 @@ SGLANG_GENERATION = "sie_server.adapters.sglang.cuda13:SGLangCuda13Adapter"
 SGLANG_EMBEDDING = "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter"
 # A small share of a cpu device (its KV cache, --max-total-tokens, follows from it), and
 # budgets for two loaded cores.
-_LOADTIME = {"mem_fraction_static": 0.02, "startup_timeout_s": 300}
+_LOADTIME = {"mem_fraction_static": 0.05, "startup_timeout_s": 300}
 
 
 def sglang_command() -> str:

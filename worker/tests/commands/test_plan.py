@@ -232,8 +232,8 @@ def test_an_sie_adapter_this_image_does_not_run_is_refused_naming_its_bundle(
     assert line == (
         f"{path}: $.profiles.default.adapter_path: sie_server.adapters.gliner:GLiNERAdapter is an "
         "adapter of SIE 0.10.1 that this image does not run (this image's bundles: default, "
-        "sglang, sglang-cu130, vllm); SIE serves it with the default bundle of its own server "
-        "image (sie-server)"
+        "llamacpp, sglang, sglang-cu130, vllm); SIE serves it with the default bundle of its own "
+        "server image (sie-server)"
     )
 
 
