@@ -38,7 +38,7 @@ from sie_worker.commands import _size_args, _size_report, _size_sharing
 from sie_worker.config.adapters import NotServedHere, UnknownAdapter
 from sie_worker.config.files.reader import load_config_file
 from sie_worker.config.load.load_options import adapter_of, declared_width
-from sie_worker.config.load.model_shape import ModelPathError, find_config_json
+from sie_worker.config.load.model_shape import ModelPathError, find_config_json, local_model_dir
 from sie_worker.config.model import DEFAULT_PROFILE, ServedModel, served_model
 from sie_worker.engines.registry import PRODUCT_FAMILY, family_of
 from sie_worker.errors import InvalidConfig, Problem
@@ -63,6 +63,7 @@ from sie_worker.sizing.cold_start import (
 from sie_worker.sizing.gpus import GpuError, known_types
 from sie_worker.sizing.lora_inputs import lora_for
 from sie_worker.sizing.model_stats import (
+    ModelStats,
     ModelStatsError,
     Weights,
     read_model_stats,
@@ -279,10 +280,11 @@ def _report(args: argparse.Namespace, file: Path) -> _size_report.Report:
         args.arrival_rate,
         args.served_rate,
     )
-    path = _config_json(served, args.model_dir)
+    stats = _family_stats(served, args.model_dir)
+    path = stats.config_path if stats is not None else _config_json(served, args.model_dir)
     if path is None:
         return _weights_only(served, args, gpu, hardware, cold)
-    stats = read_model_stats(path)
+    stats = stats or read_model_stats(path)
     weights = resolve_weights(
         stats,
         params=args.params,
@@ -351,6 +353,17 @@ def _weights_only(
         cold_start=cold,
         moe=moe,
     )
+
+
+def _family_stats(served: ServedModel, model_dir: Path | None) -> ModelStats | None:
+    """The model's stats as its engine family reads its files (llama.cpp: a GGUF header),
+    from ``--model-dir`` or its local folder; None: a config.json is read instead."""
+    try:
+        folder = model_dir or local_model_dir(served.config)
+    except ModelPathError:
+        return None
+    family = family_of(_engine_of(served, _worker_settings()))
+    return family.model_stats(folder, served.profile.loadtime) if folder is not None else None
 
 
 def _config_json(served: ServedModel, model_dir: Path | None) -> Path | None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from sie_worker.config.model import JsonPath, ServedModel
     from sie_worker.settings import Settings
     from sie_worker.sizing.memory_needs import EngineShare
+    from sie_worker.sizing.model_stats import ModelStats
     from sie_worker.worker.launcher.argv_inputs import ArgvInputs
     from sie_worker.worker.launcher.ranks import GroupRank
 
@@ -142,6 +143,11 @@ class EngineFamily:
     def argv(self, inputs: ArgvInputs) -> tuple[str, ...]:
         """The whole command line of one load (one node, or this worker's rank)."""
         raise NotImplementedError
+
+    def model_stats(self, folder: Path, loadtime: Mapping[str, Any]) -> ModelStats | None:
+        """What ``sie-worker size`` knows of the model in ``folder`` when its files are not a
+        config.json beside safetensors (llama.cpp's GGUF); None: read those."""
+        return None
 
     def plan_notes(self, inputs: ArgvInputs) -> dict[str, object]:
         """What ``sie-worker plan`` shows beside the command line (llama.cpp: where each

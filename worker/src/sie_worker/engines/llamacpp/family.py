@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from sie_worker.engines.family import EngineChecks
     from sie_worker.settings import Settings
     from sie_worker.sizing.memory_needs import EngineShare
+    from sie_worker.sizing.model_stats import ModelStats
     from sie_worker.worker.launcher.argv_inputs import ArgvInputs
     from sie_worker.worker.launcher.ranks import GroupRank
 
@@ -53,6 +54,11 @@ class LlamaCppFamily(EngineFamily):
         if inputs.group is not None and not inputs.group.leads:
             return rpc_argv(inputs, command)
         return llamacpp_argv(inputs, command)
+
+    def model_stats(self, folder: Path, loadtime: Mapping[str, Any]) -> ModelStats | None:
+        from sie_worker.engines.llamacpp.stats import gguf_model_stats
+
+        return gguf_model_stats(folder, loadtime)
 
     def plan_notes(self, inputs: ArgvInputs) -> dict[str, object]:
         from sie_worker.engines.llamacpp.argv import gguf_path

@@ -1,14 +1,18 @@
-"""What ``sie-worker plan`` reads of a GGUF file: its architecture's ``block_count`` (the
-repeating layers), from the key-value header alone (GGUF v2/v3, little-endian), without
-reading the tensors. Stops at the first answer; None when the file is no GGUF or lacks it."""
+"""What ``sie-worker plan`` and ``size`` read of a GGUF file (GGUF v2/v3, little-endian),
+from its header alone, never its tensors' data: the architecture's ``block_count`` (the
+repeating layers; :func:`block_count` stops there), and for ``size`` every scalar of the
+key-value header with the parameter count of the tensor infos (:func:`read_header`).
+None when the file is no GGUF."""
 
 from __future__ import annotations
 
+import math
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["block_count"]
+__all__ = ["GgufHeader", "block_count", "read_header"]
 
 _MAGIC = b"GGUF"
 # value type -> struct format of a scalar (8: string, 9: array are read apart)
@@ -26,6 +30,44 @@ _SCALARS = {
     12: "<d",
 }
 _STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class GgufHeader:
+    """The scalars and strings of a GGUF file's key-value header (arrays left out), and the
+    parameters its tensors hold."""
+
+    metadata: dict[str, object]
+    params: int
+
+    def arch_value(self, key: str) -> object:
+        """``<architecture>.<key>`` (``block_count``, ``attention.head_count``, ...)."""
+        return self.metadata.get(f"{self.metadata.get('general.architecture')}.{key}")
+
+
+def read_header(path: str | Path) -> GgufHeader | None:
+    try:
+        with open(path, "rb") as file:
+            if file.read(4) != _MAGIC or struct.unpack("<I", file.read(4))[0] < 2:
+                return None
+            tensors, pairs = struct.unpack("<QQ", file.read(16))
+            metadata = {}
+            for _ in range(pairs):
+                key = _string(file)
+                (kind,) = struct.unpack("<I", file.read(4))
+                value = _value(file, kind)
+                if value is not None:
+                    metadata[key] = value
+            params = 0
+            for _ in range(tensors):
+                _string(file)  # its name
+                (dims,) = struct.unpack("<I", file.read(4))
+                shape = struct.unpack(f"<{dims}Q", file.read(8 * dims))
+                file.read(12)  # its type (uint32) and data offset (uint64)
+                params += math.prod(shape)
+    except (OSError, struct.error, UnicodeDecodeError, ValueError):
+        return None
+    return GgufHeader(metadata, params)
 
 
 def block_count(path: str | Path) -> int | None:
