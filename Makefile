@@ -11,7 +11,7 @@ help:
 	@echo "make run          set up .venv, serve the quickstart model on :8080 (PORT)"
 	@echo "make test         set up .venv, .venv-vllm, .venv-sglang and .tools, then run every check"
 	@echo "make check        the inner loop: lint, types, chart, docs and every test that starts no"
-	@echo "                  real engine and no cluster (~5 min warm on 2 cores)"
+	@echo "                  real engine and no cluster, with the table of step times"
 	@echo "make docs         serve the docs site on :8000 (DOCS_ADDR), rebuilt as pages change"
 	@echo "make bench        run every benchmark, rewrite docs/benchmarks.md (~11 min, not a test)"
 	@echo "make soak         the 10-minute soak of the worker; its figures go to docs/benchmarks.md"
