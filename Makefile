@@ -1,7 +1,7 @@
 # The README's two commands (`make run`, `make test`) and the chores around them. Every
 # target is idempotent; setup steps skip what their stamps say is already installed.
 .DEFAULT_GOAL := help
-.PHONY: help run test docs bench soak setup setup-tools lock version image images clean-tools
+.PHONY: help run test check docs bench soak setup setup-tools lock version image images clean-tools
 
 BUNDLES := default sglang sglang-cu130 vllm llamacpp
 IMAGE ?= ghcr.io/sie-workers/sie-worker
@@ -10,6 +10,8 @@ VERSION := $(shell cat VERSION)
 help:
 	@echo "make run          set up .venv, serve the quickstart model on :8080 (PORT)"
 	@echo "make test         set up .venv, .venv-vllm, .venv-sglang and .tools (llama.cpp too), then run every check"
+	@echo "make check        the inner loop: lint, types, chart, docs and every test that starts no"
+	@echo "                  real engine and no cluster, with the table of step times"
 	@echo "make docs         serve the docs site on :8000 (DOCS_ADDR), rebuilt as pages change"
 	@echo "make bench        run every benchmark, rewrite docs/benchmarks.md (~11 min, not a test)"
 	@echo "make soak         the 10-minute soak of the worker; its figures go to docs/benchmarks.md"
@@ -24,17 +26,27 @@ help:
 run: setup
 	scripts/run
 
+# The real engines of `make test`: each has its scripts/setup-ENGINE and its "pytest ENGINE"
+# step (the engines table of scripts/test). Adding one is a word here and a line there.
+ENGINES := vllm sglang llamacpp
+
 # The control plane (the longest build, needed only by the cluster suite) is built by
 # scripts/test beside the pytest step rather than before it: on a fresh machine the two
 # share the cores instead of taking turns.
-# .venv-vllm and .venv-sglang (downloads, mostly) are made beside the tools' builds and
-# llama.cpp's (compiles, mostly; llama.cpp's binaries are cached outside the checkout).
+# The engines' environments (downloads, mostly; llama.cpp's build is a compile, its binaries
+# cached outside the checkout) are made beside the tools' builds (compiles, mostly); every
+# one of them is skipped when its stamp matches.
 test: setup
-	scripts/setup-vllm & vllm=$$!; scripts/setup-sglang & sglang=$$!; \
-	  scripts/setup-llamacpp & llama=$$!; \
+	pids=; for engine in $(ENGINES); do scripts/setup-$$engine & pids="$$pids $$!"; done; \
 	  scripts/setup-tools --no-cluster; tools=$$?; \
-	  wait $$vllm && wait $$sglang && wait $$llama && exit $$tools
+	  for pid in $$pids; do wait $$pid || exit 1; done; exit $$tools
 	scripts/test --build-cluster
+
+# The inner loop: what `make test` runs less the real engines and the cluster suite (no
+# engine environment, no control plane to build), with the same closing table of step times.
+check: setup
+	scripts/setup-tools --no-cluster
+	scripts/test --check
 
 # The docs site (mkdocs.yml, pages in docs/); make test builds it with --strict. The reference
 # pages and pictures are generated: scripts/docs_reference.py, scripts/docs_pictures.py.

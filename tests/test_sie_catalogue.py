@@ -17,8 +17,6 @@ import importlib.util
 import io
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,12 +38,12 @@ from sie_worker.errors import InvalidConfig
 from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import plan_launch
 
+from tests.support import sglang_parser
 from tests.support.ci import missing
 from tests.support.config_strategies import json_values, mutated
 from tests.support.sie_wheel import catalogue_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-HARNESS = ROOT / "tests" / "support" / "sglang_parser_harness.py"
 OLD_PATH = Path(os.environ.get("SIE_SGLANG_OLD_PATH", ROOT / ".tools" / "sglang-0.5.10"))
 EIGHT = ",".join(f"cuda:{i}" for i in range(8))
 SGLANG_MODULE = "sie_server.adapters.sglang."
@@ -174,20 +172,7 @@ def test_every_sglang_profile_plans_with_the_bundle_of_its_adapter(
 
 
 def _run_parser(python_path: Path | None, argvs: list[list[str]]) -> list[dict[str, Any]]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    if python_path is not None:
-        env["PYTHONPATH"] = str(python_path)
-    done = subprocess.run(
-        [sys.executable, str(HARNESS)],
-        input=json.dumps({"argvs": argvs}),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results: list[dict[str, Any]] = json.loads(done.stdout)["argvs"]
+    results: list[dict[str, Any]] = sglang_parser.parse({"argvs": argvs}, python_path)["argvs"]
     return results
 
 

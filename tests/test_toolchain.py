@@ -263,9 +263,9 @@ def test_make_test_builds_the_control_plane_beside_the_pytest_step() -> None:
     dry_run = make_dry_run("test").splitlines()
     assert dry_run == [
         "scripts/setup",
-        "scripts/setup-vllm & vllm=$!; scripts/setup-sglang & sglang=$!; \\",
+        'pids=; for engine in vllm sglang llamacpp; do scripts/setup-$engine & pids="$pids $!"; done; \\',
         "  scripts/setup-tools --no-cluster; tools=$?; \\",
-        "  wait $vllm && wait $sglang && exit $tools",
+        "  for pid in $pids; do wait $pid || exit 1; done; exit $tools",
         "scripts/test --build-cluster",
     ]
 
@@ -316,7 +316,7 @@ def test_help_names_every_step() -> None:
     assert result.returncode == 0
     steps = _test_command("--list").stdout.splitlines()
     assert len(steps) > 10
-    listed = result.stdout.split("Steps, in order:", 1)[1].split()
+    listed = result.stdout.split("Steps, in order:", 1)[1].split("\n\n", 1)[0].split()
     assert " ".join(listed) == " ".join(steps)
 
 

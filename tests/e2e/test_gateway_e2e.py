@@ -7,6 +7,12 @@ replicas, and ``sie-worker gateway`` in front of them, all over 127.0.0.1 socket
 - pool ``spare`` (machine profile a10): no endpoint until a test adds one.
 
 ``org/small`` fits every pool, ``org/wide`` (tensor_parallel_size 2) only ``l4-4x``.
+
+The tests that only route requests share one fleet (``shared_fleet``, the module's: five
+processes and four fake engines started once instead of once a test) and run in the order
+written, each leaving it as the next one expects: the first finds nothing loaded, the next
+ones add ``org/small`` on one ``l4`` pod and ``org/wide`` on one ``l4-4x`` pod. A test that
+kills a pod, stops the gateway, changes its pools or its settings has a fleet of its own.
 """
 
 from __future__ import annotations
@@ -77,38 +83,54 @@ def _pools(pods: dict[str, list[PodProcess]]) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture
-def config_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "gateway-models"
+def _config_dir(directory: Path) -> Path:
     directory.mkdir()
     for config in MODELS:
         write_config(directory, config)
     return directory
 
 
+def _make_fleet(
+    start_pod: Callable[..., PodProcess],
+    start_gateway: Callable[..., GatewayProcess],
+    config_dir: Path,
+    **env: str,
+) -> Fleet:
+    with ThreadPoolExecutor(4) as pool:
+        small = [pool.submit(start_pod, MODELS, devices="cuda:0") for _ in range(2)]
+        wide = [pool.submit(start_pod, MODELS, devices="cuda:0,cuda:1") for _ in range(2)]
+        pods = {"l4": [f.result() for f in small], "l4-4x": [f.result() for f in wide]}
+    pools = _pools(pods)
+    gateway = start_gateway(pools, env=env, config_dir=config_dir)
+    fleet = Fleet(gateway, pods, pools, start_pod)
+    wait_until(lambda: _ready_pods(fleet) == 4, timeout=30)
+    return fleet
+
+
 @pytest.fixture
 def make_fleet(
     start_pod: Callable[..., PodProcess],
     start_gateway: Callable[..., GatewayProcess],
-    config_dir: Path,
+    tmp_path: Path,
 ) -> Callable[..., Fleet]:
-    def make(**env: str) -> Fleet:
-        with ThreadPoolExecutor(4) as pool:
-            small = [pool.submit(start_pod, MODELS, devices="cuda:0") for _ in range(2)]
-            wide = [pool.submit(start_pod, MODELS, devices="cuda:0,cuda:1") for _ in range(2)]
-            pods = {"l4": [f.result() for f in small], "l4-4x": [f.result() for f in wide]}
-        pools = _pools(pods)
-        gateway = start_gateway(pools, env=env, config_dir=config_dir)
-        fleet = Fleet(gateway, pods, pools, start_pod)
-        wait_until(lambda: _ready_pods(fleet) == 4, timeout=30)
-        return fleet
-
-    return make
+    config_dir = _config_dir(tmp_path / "gateway-models")
+    return lambda **env: _make_fleet(start_pod, start_gateway, config_dir, **env)
 
 
 @pytest.fixture
 def fleet(make_fleet: Callable[..., Fleet]) -> Fleet:
     return make_fleet(SIE_GATEWAY_HOLD_S="30")
+
+
+@pytest.fixture(scope="module")
+def shared_fleet(
+    module_start_pod: Callable[..., PodProcess],
+    module_start_gateway: Callable[..., GatewayProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Fleet:
+    """The fleet of the tests that only route requests, in the order they are written."""
+    config_dir = _config_dir(tmp_path_factory.mktemp("shared-fleet") / "gateway-models")
+    return _make_fleet(module_start_pod, module_start_gateway, config_dir, SIE_GATEWAY_HOLD_S="30")
 
 
 def _ready_pods(fleet: Fleet) -> int:
@@ -123,22 +145,31 @@ def _complete(
     return client.post("/v1/completions", json=body, headers=headers or {})
 
 
-def test_machine_profile_and_pool_headers_pick_the_pool(fleet: Fleet) -> None:
-    with fleet.client() as client:
-        by_profile = _complete(client, "org/small", {"X-SIE-MACHINE-PROFILE": "l4-4x"})
-        by_pool = _complete(client, "org/small", {"X-SIE-Pool": "L4"})
-        # "l4" is the machine profile of pool l4 and only the GPU type of l4-4x.
-        by_type = _complete(client, "org/small", {"X-SIE-MACHINE-PROFILE": "l4"})
-        wide = _complete(client, "org/wide")
-    assert (by_profile.status_code, by_profile.headers["x-sie-pool"]) == (200, "l4-4x")
-    assert (by_pool.status_code, by_pool.headers["x-sie-pool"]) == (200, "l4")
-    assert (by_type.status_code, by_type.headers["x-sie-pool"]) == (200, "l4")
-    assert (wide.status_code, wide.headers["x-sie-pool"]) == (200, "l4-4x")
-    assert by_profile.json()["choices"][0]["text"]
+_SDK_CAPACITY = """
+client = SIEClient(url)
+result = {"all": client.get_capacity(), "wide": client.get_capacity(gpu="L4-4X")}
+"""
 
 
-def test_unknown_pool_is_404_naming_the_pools_and_a_misfit_is_409(fleet: Fleet) -> None:
-    with fleet.client() as client:
+def test_models_union_and_cluster_health_cover_every_pool(shared_fleet: Fleet) -> None:
+    with shared_fleet.client() as client:
+        assert _complete(client, "org/wide").status_code == 200
+        models = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
+        health = client.get("/health").json()
+    assert models["org/wide"]["state"] == "ready"
+    assert {p["pool"] for p in models["org/small"]["pools"]} == {"l4", "l4-4x"}
+    assert len(models["org/small"]["pools"]) == 4
+    assert health["type"] == "gateway"
+    assert health["status"] == "healthy"
+    assert health["cluster"] == {"worker_count": 4, "gpu_count": 4, "models_loaded": 1}
+    assert health["configured_gpu_types"] == ["a10", "l4", "l4-4x"]
+    assert health["live_gpu_types"] == ["l4", "l4-4x"]
+    assert {w["gpu"] for w in health["workers"]} == {"l4", "l4-4x"}
+    assert health["models"][0]["name"] == "org/wide"
+
+
+def test_unknown_pool_is_404_naming_the_pools_and_a_misfit_is_409(shared_fleet: Fleet) -> None:
+    with shared_fleet.client() as client:
         unknown = _complete(client, "org/small", {"X-SIE-Pool": "h100"})
         profile = _complete(client, "org/small", {"X-SIE-MACHINE-PROFILE": "h100-8x"})
         misfit = _complete(client, "org/wide", {"X-SIE-Pool": "l4"})
@@ -153,17 +184,57 @@ def test_unknown_pool_is_404_naming_the_pools_and_a_misfit_is_409(fleet: Fleet) 
     assert "needs 2 GPUs per slot" in misfit.json()["error"]["message"]
 
 
-def test_second_request_for_a_model_goes_to_the_pod_that_has_it(fleet: Fleet) -> None:
+def test_sdk_get_capacity_reads_cluster_health(shared_fleet: Fleet, sie_sdk: SdkRunner) -> None:
+    capacity = sie_sdk.run(_SDK_CAPACITY, url=shared_fleet.gateway.url)
+    assert capacity["all"]["status"] == "healthy"
+    assert capacity["all"]["worker_count"] == 4
+    assert capacity["all"]["gpu_count"] == 4
+    assert capacity["wide"]["worker_count"] == 2
+    assert {w["gpu"] for w in capacity["wide"]["workers"]} == {"l4-4x"}
+    assert all(w["healthy"] for w in capacity["all"]["workers"])
+
+
+def test_machine_profile_and_pool_headers_pick_the_pool(shared_fleet: Fleet) -> None:
+    with shared_fleet.client() as client:
+        by_profile = _complete(client, "org/small", {"X-SIE-MACHINE-PROFILE": "l4-4x"})
+        by_pool = _complete(client, "org/small", {"X-SIE-Pool": "L4"})
+        # "l4" is the machine profile of pool l4 and only the GPU type of l4-4x.
+        by_type = _complete(client, "org/small", {"X-SIE-MACHINE-PROFILE": "l4"})
+        wide = _complete(client, "org/wide")
+    assert (by_profile.status_code, by_profile.headers["x-sie-pool"]) == (200, "l4-4x")
+    assert (by_pool.status_code, by_pool.headers["x-sie-pool"]) == (200, "l4")
+    assert (by_type.status_code, by_type.headers["x-sie-pool"]) == (200, "l4")
+    assert (wide.status_code, wide.headers["x-sie-pool"]) == (200, "l4-4x")
+    assert by_profile.json()["choices"][0]["text"]
+
+
+def test_second_request_for_a_model_goes_to_the_pod_that_has_it(shared_fleet: Fleet) -> None:
     headers = {"X-SIE-Pool": "l4"}
-    with fleet.client() as client:
+    with shared_fleet.client() as client:
         first = _complete(client, "org/small", headers)
         later = [_complete(client, "org/small", headers) for _ in range(4)]
     assert first.status_code == 200
     home = first.headers["x-sie-pod"]
     assert {r.headers["x-sie-pod"] for r in later} == {home}
     assert {r.headers["x-sie-pod-reason"] for r in later} == {"ready"}
-    other = next(p for p in fleet.pods["l4"] if p is not fleet.pod_named(home))
+    other = next(p for p in shared_fleet.pods["l4"] if p is not shared_fleet.pod_named(home))
     assert other.workers[0].models()["org/small"]["state"] == "unloaded"
+
+
+def test_streams_and_request_ids_pass_through(shared_fleet: Fleet) -> None:
+    body = {"model": "org/wide", "stream": True, "prompt": "one two three", "max_tokens": 5}
+    with shared_fleet.client() as client:
+        with client.stream(
+            "POST", "/v1/completions", json=body, headers={"X-Request-Id": "req-42"}
+        ) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            assert r.headers["x-request-id"] == "req-42"
+            events = [line for line in r.iter_lines() if line.startswith("data: ")]
+        generated = _complete(client, "org/wide")
+    assert events[-1] == "data: [DONE]"
+    assert len(events) == 5 + 1  # every token (the last with the finish reason), [DONE]
+    assert generated.headers["x-request-id"]
 
 
 def test_session_sticks_to_its_pod_until_its_load_passes_the_bound(
@@ -290,55 +361,6 @@ def test_killed_pod_is_routed_around(fleet: Fleet) -> None:
     down = next(w for w in health["workers"] if w["name"] == first.headers["x-sie-pod"])
     assert down["healthy"] is False
     assert health["cluster"]["worker_count"] == 3
-
-
-def test_streams_and_request_ids_pass_through(fleet: Fleet) -> None:
-    body = {"model": "org/wide", "stream": True, "prompt": "one two three", "max_tokens": 5}
-    with fleet.client() as client:
-        with client.stream(
-            "POST", "/v1/completions", json=body, headers={"X-Request-Id": "req-42"}
-        ) as r:
-            assert r.status_code == 200
-            assert r.headers["content-type"].startswith("text/event-stream")
-            assert r.headers["x-request-id"] == "req-42"
-            events = [line for line in r.iter_lines() if line.startswith("data: ")]
-        generated = _complete(client, "org/wide")
-    assert events[-1] == "data: [DONE]"
-    assert len(events) == 5 + 1  # every token (the last with the finish reason), [DONE]
-    assert generated.headers["x-request-id"]
-
-
-def test_models_union_and_cluster_health_cover_every_pool(fleet: Fleet) -> None:
-    with fleet.client() as client:
-        assert _complete(client, "org/wide").status_code == 200
-        models = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
-        health = client.get("/health").json()
-    assert models["org/wide"]["state"] == "ready"
-    assert {p["pool"] for p in models["org/small"]["pools"]} == {"l4", "l4-4x"}
-    assert len(models["org/small"]["pools"]) == 4
-    assert health["type"] == "gateway"
-    assert health["status"] == "healthy"
-    assert health["cluster"] == {"worker_count": 4, "gpu_count": 4, "models_loaded": 1}
-    assert health["configured_gpu_types"] == ["a10", "l4", "l4-4x"]
-    assert health["live_gpu_types"] == ["l4", "l4-4x"]
-    assert {w["gpu"] for w in health["workers"]} == {"l4", "l4-4x"}
-    assert health["models"][0]["name"] == "org/wide"
-
-
-_SDK_CAPACITY = """
-client = SIEClient(url)
-result = {"all": client.get_capacity(), "wide": client.get_capacity(gpu="L4-4X")}
-"""
-
-
-def test_sdk_get_capacity_reads_cluster_health(fleet: Fleet, sie_sdk: SdkRunner) -> None:
-    capacity = sie_sdk.run(_SDK_CAPACITY, url=fleet.gateway.url)
-    assert capacity["all"]["status"] == "healthy"
-    assert capacity["all"]["worker_count"] == 4
-    assert capacity["all"]["gpu_count"] == 4
-    assert capacity["wide"]["worker_count"] == 2
-    assert {w["gpu"] for w in capacity["wide"]["workers"]} == {"l4-4x"}
-    assert all(w["healthy"] for w in capacity["all"]["workers"])
 
 
 def test_sigterm_answers_held_requests_and_exits_cleanly(fleet: Fleet) -> None:

@@ -31,6 +31,10 @@ from tests.support.worker_fixtures import WorkerProcess, wait_until
 __all__ = [
     "GatewayProcess",
     "PodProcess",
+    "gateway_starter",
+    "module_start_gateway",
+    "module_start_pod",
+    "pod_starter",
     "start_gateway",
     "start_pod",
     "stop_process",
@@ -126,6 +130,25 @@ def _base_env() -> dict[str, str]:
 def start_pod(
     start_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> Iterator[Callable[..., PodProcess]]:
+    with pod_starter(start_worker, tmp_path) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def module_start_pod(
+    module_start_worker: Callable[..., WorkerProcess], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., PodProcess]]:
+    """:func:`start_pod` for pods a module's tests share (module fixtures)."""
+    with pod_starter(module_start_worker, tmp_path_factory.mktemp("pods")) as start:
+        yield start
+
+
+@contextlib.contextmanager
+def pod_starter(
+    start_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> Iterator[Callable[..., PodProcess]]:
+    """The pods' starter of :func:`start_pod`: routers in front of ``start_worker``'s
+    workers, logs under ``tmp_path``, each router stopped on leaving."""
     pods: list[PodProcess] = []
 
     def start(
@@ -195,6 +218,23 @@ def _wait_gateway(gateway: GatewayProcess, timeout: float = 60.0) -> None:
 
 @pytest.fixture
 def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
+    with gateway_starter(tmp_path) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def module_start_gateway(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., GatewayProcess]]:
+    """:func:`start_gateway` for gateways a module's tests share (module fixtures)."""
+    with gateway_starter(tmp_path_factory.mktemp("gateways")) as start:
+        yield start
+
+
+@contextlib.contextmanager
+def gateway_starter(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
+    """The gateways' starter of :func:`start_gateway`, files under ``tmp_path``, each
+    gateway stopped on leaving."""
     gateways: list[GatewayProcess] = []
 
     def start(

@@ -6,6 +6,10 @@ Reads JSON from stdin: {"argvs": [[...], ...], "tokens": [...], "server_args": b
 would write for this release (its own build_table/render, loaded from table_script).
 Each token resolves to {"dest"} (an option), {"ambiguous"} (argparse refuses it) or {} (not
 an option). Run with the Python whose sys.path holds the SGLang release to check.
+
+With ``--serve`` it answers one request a line until stdin ends, each answer one line: SGLang
+is imported once for them all (``tests/support/sglang_parser.py`` keeps one such process per
+release for a pytest process).
 """
 
 from __future__ import annotations
@@ -29,13 +33,31 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main() -> int:
+    if "--serve" in sys.argv[1:]:
+        # Only answers on stdout: whatever SGLang prints goes to stderr.
+        answers, sys.stdout = sys.stdout, sys.stderr
+        parser = _sglang_parser()
+        for line in sys.stdin:
+            print(json.dumps(_answer(parser, json.loads(line))), file=answers, flush=True)
+        return 0
     request = json.load(sys.stdin)
-    import sglang
+    json.dump(_answer(_sglang_parser(), request), sys.stdout)
+    return 0
+
+
+def _sglang_parser() -> _Parser:
     from sglang.srt.server_args import ServerArgs
 
     parser = _Parser(prog="sglang.launch_server")
     with contextlib.redirect_stdout(io.StringIO()):
         ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def _answer(parser: _Parser, request: dict[str, Any]) -> dict[str, Any]:
+    import sglang
+    from sglang.srt.server_args import ServerArgs
+
     results = []
     for argv in request.get("argvs", []):
         sink = io.StringIO()
@@ -72,8 +94,7 @@ def main() -> int:
         with contextlib.redirect_stdout(io.StringIO()):
             table = script["render"](script["build_table"]())
     version = getattr(sglang, "__version__", "")
-    json.dump({"version": version, "argvs": results, "tokens": tokens, "table": table}, sys.stdout)
-    return 0
+    return {"version": version, "argvs": results, "tokens": tokens, "table": table}
 
 
 if __name__ == "__main__":

@@ -30,9 +30,11 @@ from tests.support.ports import listens, start_on_free_port
 __all__ = [
     "WorkerProcess",
     "fake_model",
+    "module_start_worker",
     "start_worker",
     "wait_healthy",
     "wait_until",
+    "worker_starter",
     "write_config",
 ]
 
@@ -173,6 +175,25 @@ def start_worker(
 ) -> Iterator[Callable[..., WorkerProcess]]:
     """Start workers whose SGLang engines are the fake engine (with its fast argv parser;
     pass ``env={"SIE_SGLANG_COMMAND": ...}`` for another command)."""
+    with worker_starter(tmp_path, fake_engine_minimal_command) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def module_start_worker(
+    tmp_path_factory: pytest.TempPathFactory, fake_engine_minimal_command: str
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """:func:`start_worker` for workers a module's tests share (module fixtures)."""
+    with worker_starter(tmp_path_factory.mktemp("workers"), fake_engine_minimal_command) as start:
+        yield start
+
+
+@contextlib.contextmanager
+def worker_starter(
+    tmp_path: Path, fake_engine_minimal_command: str
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """The workers' starter of :func:`start_worker`, files under ``tmp_path``; each worker
+    it started is stopped on leaving, and leaving fails if an engine outlived its worker."""
     workers: list[WorkerProcess] = []
 
     def start(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import sglang_parser
 
 from sie_worker.cli import main
 from sie_worker.worker.launcher.ports import ENGINE_PORTS, RENDEZVOUS_PORTS
@@ -19,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "values-examples" / "models"
 SEED = EXAMPLES / "my-large-model.yaml"
 QWEN = EXAMPLES / "qwen2.5-32b-instruct.yaml"
-HARNESS = ROOT / "tests" / "support" / "sglang_parser_harness.py"
 FOUR = "cuda:0,cuda:1,cuda:2,cuda:3"
 
 
@@ -173,16 +173,7 @@ def test_printed_argv_is_accepted_by_sglangs_parser() -> None:
         env=env,
     )
     argv = json.loads(done.stdout)["argv"]
-    parsed = subprocess.run(
-        [sys.executable, str(HARNESS)],
-        input=json.dumps({"argvs": [argv[3:]], "server_args": True}),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-        env={**env, "HF_HUB_OFFLINE": "1"},
-    )
-    [result] = json.loads(parsed.stdout)["argvs"]
+    [result] = sglang_parser.parse({"argvs": [argv[3:]], "server_args": True})["argvs"]
     assert result["ok"], result["error"]
     assert (result["values"]["tp_size"], result["values"]["model_path"]) == (
         4,

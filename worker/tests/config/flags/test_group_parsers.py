@@ -11,11 +11,11 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import sglang_parser
 from tests.support.ci import missing
 from tests.support.vllm_engine import VLLM_PYTHON
 
@@ -123,24 +123,16 @@ def test_sglangs_parser_and_server_args_read_every_ranks_argv() -> None:
     if importlib.util.find_spec("sglang") is None:
         missing("sglang is not installed (scripts/setup installs its parser)")
     cases = _cases("sglang", "sglang-cu130")
-    results = _parse(
-        Path(sys.executable), "sglang_parser_harness.py", [a for _, a in cases], server_args=True
-    )
-    _check_sglang(cases, results)
+    request = {"argvs": [a for _, a in cases], "server_args": True}
+    _check_sglang(cases, sglang_parser.parse(request)["argvs"])
 
 
 def test_the_old_sglang_bundles_parser_reads_every_ranks_argv() -> None:
     if not (OLD_PATH / "sglang").is_dir():
         missing(f"no SGLang 0.5.10 parser in {OLD_PATH} (scripts/setup-tools puts it there)")
     cases = _cases("sglang", "sglang")
-    results = _parse(
-        Path(sys.executable),
-        "sglang_parser_harness.py",
-        [a for _, a in cases],
-        server_args=False,
-        pythonpath=OLD_PATH,
-    )
-    _check_sglang(cases, results)
+    request = {"argvs": [a for _, a in cases], "server_args": False}
+    _check_sglang(cases, sglang_parser.parse(request, OLD_PATH)["argvs"])
 
 
 @pytest.mark.vllm

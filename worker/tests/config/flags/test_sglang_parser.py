@@ -15,13 +15,12 @@ import itertools
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import sglang_parser
 from tests.support.ci import missing
 
 from sie_worker.config.files.reader import parse_config
@@ -33,7 +32,6 @@ from sie_worker.settings import Settings
 from sie_worker.worker.launcher.plan import plan_launch
 
 ROOT = Path(__file__).resolve().parents[4]
-HARNESS = ROOT / "tests" / "support" / "sglang_parser_harness.py"
 TABLE_SCRIPT = ROOT / "scripts" / "sglang-options"
 DATA = ROOT / "worker" / "src" / "sie_worker" / "config" / "data"
 OLD_RELEASE = BUNDLE_VERSIONS["sglang"]
@@ -198,21 +196,7 @@ def _cases(sglang_version: str) -> Iterator[tuple[str, list[str]]]:
 
 
 def _run_parser(python_path: Path | None, request: dict[str, Any]) -> dict[str, Any]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    if python_path is not None:
-        env["PYTHONPATH"] = str(python_path)
-    done = subprocess.run(
-        [sys.executable, str(HARNESS)],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    return sglang_parser.parse(request, python_path)
 
 
 def _prefix_tokens(options: list[str]) -> list[str]:

@@ -1,0 +1,75 @@
+"""SGLang's own argument parser for the tests: ``parse(request, python_path)`` answers what
+``tests/support/sglang_parser_harness.py`` answers for ``request``, from one harness process
+per release (``python_path``: the folder holding that release, else the venv's) kept for the
+whole pytest process. Importing SGLang costs seconds of CPU a start; four test modules ask
+its parser, each once or twice, so a pytest process imports each release once."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from tests.support.repo import ROOT
+
+__all__ = ["HARNESS", "parse"]
+
+HARNESS = ROOT / "tests" / "support" / "sglang_parser_harness.py"
+
+_harnesses: dict[str, tuple[subprocess.Popen[str], IO[str]]] = {}
+
+
+def parse(request: dict[str, Any], python_path: Path | None = None) -> dict[str, Any]:
+    """The harness's answer to ``request`` (argvs, tokens, server_args, table_script)."""
+    process, log = _harness(python_path)
+    assert process.stdin is not None
+    assert process.stdout is not None
+    process.stdin.write(json.dumps(request) + "\n")
+    process.stdin.flush()
+    line = process.stdout.readline()
+    if not line:  # it died: its stderr says why
+        _harnesses.pop(str(python_path or ""), None)
+        log.seek(0)
+        raise AssertionError(f"the SGLang parser harness exited:\n{log.read()[-3000:]}")
+    answer: dict[str, Any] = json.loads(line)
+    return answer
+
+
+def _harness(python_path: Path | None) -> tuple[subprocess.Popen[str], IO[str]]:
+    key = str(python_path or "")
+    if key in _harnesses and _harnesses[key][0].poll() is None:
+        return _harnesses[key]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
+    env["HF_HUB_OFFLINE"] = "1"
+    if python_path is not None:
+        env["PYTHONPATH"] = str(python_path)
+    # A file, not a pipe: nothing ever blocks on it; closed by _stop at exit.
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, str(HARNESS), "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env=env,
+    )
+    _harnesses[key] = (process, log)
+    return process, log
+
+
+@atexit.register
+def _stop() -> None:
+    for process, log in _harnesses.values():
+        if process.stdin is not None:
+            process.stdin.close()  # its loop ends with stdin
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()

@@ -1,0 +1,72 @@
+"""`make check`, the inner loop: every step of `make test` but the real engines' and the
+cluster's, with the same closing table; and the engines table of scripts/test, from which
+the engine steps, the main step's markers and `make test`'s setups follow."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import subprocess
+
+from tests.support.repo import ROOT, make_dry_run
+
+
+def _steps(*args: str) -> list[str]:
+    result = subprocess.run(
+        ["scripts/test", "--list", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def _engines() -> list[str]:
+    """The markers of the real engines' steps ("pytest vllm" -> "vllm")."""
+    return [s.split()[1] for s in _steps() if s.startswith("pytest ") and s != "pytest cluster"]
+
+
+def test_make_check_sets_up_python_and_the_tools_then_runs_the_check_steps() -> None:
+    assert make_dry_run("check").splitlines() == [
+        "scripts/setup",
+        "scripts/setup-tools --no-cluster",
+        "scripts/test --check",
+    ]
+
+
+def test_the_check_steps_are_every_step_but_the_real_engines_and_the_cluster() -> None:
+    check, every = _steps("--check"), _steps()
+    engines = [f"pytest {marker}" for marker in _engines()]
+    assert engines[:2] == ["pytest vllm", "pytest sglang"]
+    assert check == [s for s in every if s not in {*engines, "pytest cluster"}]
+    assert "pytest" in check
+    assert "mypy" in check
+
+
+def test_every_engine_is_set_up_by_make_test_and_its_marker_is_registered() -> None:
+    setups = re.search(r"for engine in ([\w ]+); do scripts/setup-\$engine", make_dry_run("test"))
+    assert setups is not None
+    assert setups[1].split() == _engines()
+    ini = configparser.ConfigParser()
+    ini.read(ROOT / "pytest.ini")
+    registered = {line.split(":", 1)[0].strip() for line in ini["pytest"]["markers"].splitlines()}
+    assert set(_engines()) <= registered
+    for marker in _engines():
+        assert (ROOT / "scripts" / f"setup-{marker}").is_file(), marker
+
+
+def test_the_main_pytest_step_leaves_out_every_engine_and_the_cluster() -> None:
+    result = subprocess.run(
+        ["scripts/test", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    selection = result.stdout.rsplit("The pytest step's selection: -m ", 1)[1].strip()
+    expected = " and ".join(f"not {m}" for m in ["cluster", *_engines()])
+    assert selection == f'"{expected}"'
+
+
+def test_make_help_and_the_readme_name_make_check() -> None:
+    help_text = subprocess.run(
+        ["make", "--no-print-directory", "help"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+    assert "make check" in help_text
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "`make check`" in readme
+    assert readme.index("make test") < readme.index("`make check`")
