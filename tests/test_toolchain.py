@@ -263,7 +263,8 @@ def test_make_test_builds_the_control_plane_beside_the_pytest_step() -> None:
     dry_run = make_dry_run("test").splitlines()
     assert dry_run == [
         "scripts/setup",
-        'pids=; for engine in vllm sglang llamacpp; do scripts/setup-$engine & pids="$pids $!"; done; \\',
+        "pids=; for engine in vllm sglang llamacpp; do "
+        'scripts/setup-$engine & pids="$pids $!"; done; \\',
         "  scripts/setup-tools --no-cluster; tools=$?; \\",
         "  for pid in $pids; do wait $pid || exit 1; done; exit $tools",
         "scripts/test --build-cluster",
