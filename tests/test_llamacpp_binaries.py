@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.llamacpp_engine import (
     LlamaServer,
     RpcServer,
@@ -95,12 +96,12 @@ def test_health_is_503_while_the_model_loads_then_200(started: Started) -> None:
     assert set(answers[:-1]) == {503}, started.health
     # no refused connection once it answered: the listener is up before the model loads
     assert None not in started.health[started.health.index(503) :]
-    body = httpx.get(f"{started.server.url}/health", timeout=5).json()
+    body = loopback.get(f"{started.server.url}/health", timeout=5).json()
     assert body == {"status": "ok"}
 
 
 def test_completions_answer(server: LlamaServer) -> None:
-    response = httpx.post(
+    response = loopback.post(
         f"{server.url}/v1/completions",
         json={"prompt": "The quick brown fox", "max_tokens": 8, "ignore_eos": True},
         timeout=60,
@@ -113,7 +114,7 @@ def test_completions_answer(server: LlamaServer) -> None:
 
 
 def test_chat_completions_answer_through_the_chatml_template(server: LlamaServer) -> None:
-    response = httpx.post(
+    response = loopback.post(
         f"{server.url}/v1/chat/completions",
         json={
             "messages": [{"role": "user", "content": "Hello, how are you?"}],
@@ -128,13 +129,13 @@ def test_chat_completions_answer_through_the_chatml_template(server: LlamaServer
     assert body["choices"][0]["message"]["role"] == "assistant"
     assert body["usage"]["completion_tokens"] == 6
     # the template's tokens come with the message: <|im_start|>user\n...<|im_end|>\n...
-    plain = httpx.post(f"{server.url}/tokenize", json={"content": "Hello, how are you?"})
+    plain = loopback.post(f"{server.url}/tokenize", json={"content": "Hello, how are you?"})
     assert body["usage"]["prompt_tokens"] >= len(plain.json()["tokens"]) + 3
 
 
 def test_a_stream_is_server_sent_events_ending_with_done(server: LlamaServer) -> None:
     events: list[str] = []
-    with httpx.stream(
+    with loopback.stream(
         "POST",
         f"{server.url}/v1/chat/completions",
         json={
@@ -155,7 +156,7 @@ def test_a_stream_is_server_sent_events_ending_with_done(server: LlamaServer) ->
 
 
 def test_metrics_are_prometheus_text_with_llamacpp_series(server: LlamaServer) -> None:
-    response = httpx.get(f"{server.url}/metrics", timeout=10)
+    response = loopback.get(f"{server.url}/metrics", timeout=10)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     names = {
@@ -188,7 +189,7 @@ def rpc_pair(
 
 def test_layers_on_an_rpc_server_answer(rpc_pair: tuple[RpcServer, LlamaServer]) -> None:
     rpc, server = rpc_pair
-    response = httpx.post(
+    response = loopback.post(
         f"{server.url}/v1/completions",
         json={"prompt": "Hello", "max_tokens": 4, "ignore_eos": True},
         timeout=60,
@@ -208,9 +209,9 @@ def test_a_lost_rpc_server_aborts_llama_server_at_the_next_request(
     rpc, server = rpc_pair
     stop(rpc.process, signal.SIGKILL)
     # Readiness cannot see the lost peer: /health stays 200 while idle.
-    assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
+    assert loopback.get(f"{server.url}/health", timeout=5).status_code == 200
     with pytest.raises(httpx.TransportError):
-        httpx.post(
+        loopback.post(
             f"{server.url}/v1/completions",
             json={"prompt": "Hello", "max_tokens": 4},
             timeout=60,

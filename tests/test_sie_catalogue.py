@@ -266,7 +266,7 @@ def test_adapters_this_image_does_not_run_are_refused_when_the_model_loads(
     assert main(["plan", str(path), "--profile", "candle"]) == 1
     out = capsys.readouterr().out
     assert "sie_server_rust.adapters.candle:CandleEmbeddingAdapter is an adapter of SIE" in out
-    assert "this image's bundles: default, sglang, sglang-cu130" in out
+    assert "this image's bundles: default, llamacpp, sglang, sglang-cu130, vllm" in out
     assert "SIE serves it with the candle bundle" in out
 
 

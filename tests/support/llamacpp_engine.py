@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.ports import start_on_free_port
 from tests.support.repo import ROOT
 
@@ -171,7 +172,7 @@ def _spawn(argv: Sequence[str], log: Path, workdir: Path) -> subprocess.Popen[by
 
 def _health(url: str) -> int | None:
     try:
-        return httpx.get(f"{url}/health", timeout=2).status_code
+        return loopback.get(f"{url}/health", timeout=2).status_code
     except httpx.TransportError:
         return None
 
