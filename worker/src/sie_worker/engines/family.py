@@ -110,8 +110,6 @@ class EngineFamily:
     # The tensor width must divide the model's attention heads (not for llama.cpp's
     # layer split, nor for the default engine, which runs on one device).
     checks_heads: bool = True
-    # Widths it runs on cpu devices (None: any); llama.cpp runs one device there.
-    cpu_widths: tuple[int, ...] | None = None
     # The adapters this image runs on it (``module:Class``), and those of them this project
     # defines (in SIE's namespace; SIE itself has not).
     adapters: tuple[str, ...] = ()

@@ -193,7 +193,6 @@ LLAMACPP = LlamaCppFamily(
     ),
     owned_prefixes=ENV_PREFIXES,
     checks_heads=False,
-    cpu_widths=(1,),
     adapters=(GENERATION,),
     own_adapters=(GENERATION,),
     reserved=dict(RESERVED),
