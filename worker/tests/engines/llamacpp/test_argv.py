@@ -142,3 +142,15 @@ def test_a_folder_of_several_gguf_files_needs_gguf_file(tmp_path: Path) -> None:
         _plan(_served(tmp_path), settings)
     plan = _plan(_served(tmp_path, {"gguf_file": "other.gguf"}), settings)
     assert _value(plan.argv, "-m") == str(tmp_path / "other.gguf")
+
+
+def test_a_hub_model_must_name_its_gguf_file(tmp_path: Path) -> None:
+    doc = {
+        "sie_id": "org/gguf",
+        "hf_id": "org/gguf-repo",
+        "tasks": {"generate": {}},
+        "profiles": {"default": {"adapter_path": ADAPTER}},
+    }
+    served = served_model(parse_config(doc, source="m.yaml"), "default")
+    with pytest.raises(InvalidConfig, match="gguf_file: is required for a model fetched from"):
+        resolve_load_options(served, Settings(devices=("cpu",), bundle="llamacpp"), env={})

@@ -2,8 +2,9 @@
 
 - each option's rule (:mod:`.options`), and the split fitting the width and the devices
   (on cpu devices width 1; ``tensor_split`` one proportion per device);
-- ``gguf_file``: in a local folder it must exist; without it the folder must hold exactly one
-  ``.gguf`` file;
+- ``gguf_file``: in a local folder it must exist, and without it the folder must hold
+  exactly one ``.gguf`` file; a model fetched from a hub repository must name it (the fetch
+  takes only that file);
 - ``extra_launch_args`` set no reserved flag (:mod:`.reserved`) and use no ``--flag=value``
   form (llama-server reads none and refuses it only when it starts).
 """
@@ -90,9 +91,20 @@ class LlamaCppChecks:
         return [] if message is None else [("tensor_split", message)]
 
     def _gguf(self) -> list[tuple[Where, str]]:
+        name = self.loadtime.get("gguf_file")
         if self.folder is None:
+            if name is None and self.served.config.hf_id:
+                # A hub repository often holds many quantizations: the fetch takes one.
+                return [
+                    (
+                        "gguf_file",
+                        f"is required for a model fetched from {self.served.config.hf_id}: name "
+                        "the .gguf file to serve (the fetch takes only it, and a split model's "
+                        "parts), e.g. model-Q4_K_M.gguf",
+                    )
+                ]
             return []
-        folder, name = Path(self.folder), self.loadtime.get("gguf_file")
+        folder = Path(self.folder)
         files = sorted(p.name for p in folder.glob("*.gguf"))
         if isinstance(name, str):
             if (folder / name).is_file():
