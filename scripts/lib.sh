@@ -19,6 +19,11 @@ export HELM_PLUGINS="$HELM_DATA_HOME/plugins"
 # download), and record no VCS data (the tool modules are not repositories).
 export GOFLAGS="-mod=readonly -buildvcs=false"
 export GOTOOLCHAIN=local
+# mypy's cache lives outside the checkout, shared by every clone on the machine: a fresh
+# clone's first `mypy --strict` took 286 CPU-seconds without it and 2 with it (mypy checks
+# each cached module against its source's hash, so a clone with other sources rechecks those
+# only; it replaces cache files atomically, so two runs at once are safe).
+export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${SIE_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sie-workers}/mypy}"
 # Never reach a model hub from the test command.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 

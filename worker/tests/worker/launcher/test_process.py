@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from tests.support.ports import free_port
 
 from sie_worker.errors import LoadFailed, StartupTimeout
 from sie_worker.worker.launcher.group import group_members
-from sie_worker.worker.launcher.process import EngineProcess
+from sie_worker.worker.launcher.process import _HEALTH_TIMEOUT_S, EngineProcess
 
 
 @pytest.fixture
@@ -93,6 +94,23 @@ async def test_engine_never_ready_times_out(fake_engine_minimal_command: str) ->
             await engine.wait_ready(client, "/health", timeout_s=0.5)
     await engine.stop(grace_s=5)
     assert engine.returncode is not None
+
+
+@pytest.mark.anyio
+async def test_an_engine_exiting_while_its_health_check_hangs_fails_at_once() -> None:
+    # Another process holds the port: it accepts the check and never answers it.
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        argv = [sys.executable, "-c", "import time; time.sleep(1); raise SystemExit(7)"]
+        engine = await EngineProcess.start("org/m", argv, _env(), port)
+        started = time.monotonic()
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(LoadFailed, match="exited during startup with code 7"):
+                await engine.wait_ready(client, "/health", timeout_s=60)
+    # Seen when the process ended, not when the check gave up.
+    assert time.monotonic() - started < _HEALTH_TIMEOUT_S
 
 
 @pytest.mark.anyio

@@ -201,17 +201,26 @@ class EngineProcess:
                     "raise adapter_options.loadtime.startup_timeout_s if the model needs longer"
                     + self._tail_suffix()
                 )
+            timeout = min(_HEALTH_TIMEOUT_S, max(remaining, 0.05))
+            check = asyncio.ensure_future(client.get(url, timeout=timeout))
+            # An engine that exits while its check waits is seen at once: a process that took
+            # the port after our bind test accepts the check and may never answer it.
+            await asyncio.wait({check, self._exited}, return_when=asyncio.FIRST_COMPLETED)
+            if not check.done():
+                check.cancel()
+                await asyncio.gather(check, return_exceptions=True)
+                continue
             try:
-                timeout = min(_HEALTH_TIMEOUT_S, max(remaining, 0.05))
-                response = await client.get(url, timeout=timeout)
+                response = check.result()
+            except httpx.HTTPError:
+                pass
+            else:
                 # Only our engine's answer counts: another process (an engine of a worker
                 # sharing the network namespace) may have taken the port after our bind
                 # test; our engine then exits with "address already in use".
                 if response.status_code == 200 and self._owns_port():
                     self.watch_ranks()
                     return
-            except httpx.HTTPError:
-                pass
             # A start that fails leaves files too: note the group's as it comes up.
             if time.monotonic() - self._noted_at >= _NOTE_EVERY_S:
                 self.note_group()
