@@ -131,7 +131,7 @@ async def model_call(request: Request) -> Response:
             return JSONResponse(merge_model_lists([], [model])["data"][0])
         raise UnknownModel(f"model {rest!r} is not configured in any pool")
     model, action = model_action(rest, gateway.known_ids())
-    body = await request.body()  # its size limit: RequestLimits
+    body = await request.body()  # its size limit: FrontDoor
     if action in ("load", "pin"):
         return _route(gateway, request, _upstream(request, body, model))
     return await _fan_out_to_holders(gateway, request, body, model)
@@ -193,7 +193,7 @@ def _route(gateway: Gateway, request: Request, routed: RoutedRequest) -> Respons
 
 def _upstream(request: Request, body: bytes, model: str | None) -> RoutedRequest:
     """A request routed without reading its body (model calls, configs)."""
-    headers = forward_headers(request.scope["headers"])  # X-Request-Id: see RequestId
+    headers = forward_headers(request.scope["headers"])  # X-Request-Id: see FrontDoor
     return RoutedRequest(request.method, request_target(request), headers, body, model)
 
 

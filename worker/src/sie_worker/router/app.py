@@ -246,7 +246,7 @@ class _Router:
             metrics.queued.dec()
 
     async def _upstream(self, request: Request, *, model: str | None) -> Upstream:
-        body = await request.body()  # its size limit: RequestLimits
+        body = await request.body()  # its size limit: FrontDoor
         return Upstream(
             method=request.method,
             target=request_target(request),

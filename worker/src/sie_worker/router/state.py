@@ -19,13 +19,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import httpx
 
 from sie_worker.backends.answers import BackendPoll, poll_backend
 from sie_worker.backends.prefix import PrefixIndex
-from sie_worker.backends.table import Backend, poll_loop
+from sie_worker.backends.table import Attempt, Backend, poll_loop
 from sie_worker.http.connections import Connections
 from sie_worker.http.poll import PollError
 from sie_worker.model_states import MODEL_STATES
@@ -41,7 +41,7 @@ from sie_worker.router.policy import (
 )
 from sie_worker.router.settings import RouterSettings
 
-__all__ = ["RoutingPolicy", "SlotState", "SlotTable", "slot_view_parts"]
+__all__ = ["RoutingPolicy", "SlotAttempt", "SlotState", "SlotTable", "slot_view_parts"]
 
 logger = logging.getLogger("sie_worker.router")
 
@@ -76,6 +76,44 @@ class SlotState(Backend):
         }
         models = {**polled, **raised} if raised else polled
         return replace(base, up=self.up, outstanding=self.outstanding, models=models)
+
+
+@dataclass(eq=False)
+class SlotAttempt(Attempt):
+    """One try on one slot (:meth:`SlotTable.attempt`): counted by decision reason and in
+    the slot's in-flight gauge; a request for a model that is not ready yet waits for it,
+    counted in ``sie_router_queued_requests`` until its answer's head (or its end)."""
+
+    table: SlotTable = field(kw_only=True)
+    decision: Decision = field(kw_only=True)
+    model: str | None = field(kw_only=True)
+    queued: bool = False
+
+    def started(self) -> None:
+        table, decision = self.table, self.decision
+        table.metrics.decisions_of(decision.reason).inc()
+        table.dispatched(decision.slot, self.model, decision.reason)
+        if self.model is not None and decision.reason != "ready":
+            self.queued = True
+            table.metrics.queued.inc()
+
+    def answered(self, status: int) -> None:
+        self.status = status
+        self._dequeue()
+        self.table.metrics.requests_of(self.decision.slot, status).inc()
+
+    def ended(self) -> None:
+        table, slot = self.table, self.decision.slot
+        self._dequeue()
+        if self.refused is not None:
+            table.mark_down(slot, self.refused)
+        changed = self.decision.reason != "ready"
+        table.finished(slot, self.model, changed=changed, served=self.served)
+
+    def _dequeue(self) -> None:
+        if self.queued:
+            self.queued = False
+            self.table.metrics.queued.dec()
 
 
 class SlotTable:
@@ -141,6 +179,25 @@ class SlotTable:
 
     def any_ready(self) -> bool:
         return any(s.up and s.ready for s in self.slots)
+
+    def attempt(self, decision: Decision, model: str | None) -> SlotAttempt:
+        """One try of a request for ``model`` on the slot ``decision`` chose: ``async with``
+        it around the try."""
+        slot = decision.slot
+        headers = (
+            (b"x-sie-slot", str(slot).encode()),
+            (b"x-sie-route-reason", decision.reason.encode()),
+        )
+        return SlotAttempt(
+            self.slots[slot],
+            slot,
+            f"slot {slot}",
+            response_headers=headers,
+            error_headers=(("x-sie-slot", str(slot)),),
+            table=self,
+            decision=decision,
+            model=model,
+        )
 
     def dispatched(self, slot: int, model: str | None, decision_reason: str) -> None:
         state = self.slots[slot]
