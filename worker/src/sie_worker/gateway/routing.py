@@ -69,6 +69,7 @@ class Holder:
                     exclude=names,
                     slot_target=self.slot_target,
                     prefix=hits.best if hits else None,
+                    adapter=selection.adapter,
                 )
                 if decision is not None:
                     outcome = "served"

@@ -62,6 +62,7 @@ class PodState(Backend):
     up: bool = False
     models: dict[str, str] = field(default_factory=dict)
     widths: dict[str, int] = field(default_factory=dict)
+    adapters: dict[str, frozenset[str]] = field(default_factory=dict)  # LoRA, served now
     free_run: int = 0
     # Devices of its widest slot: the pools file's slot_width until a poll counts them.
     slot_width: int = 1
@@ -337,6 +338,7 @@ class Fleet:
             return  # an older poll finished late
         pod.models = dict(poll.models)
         pod.widths = dict(poll.widths)
+        pod.adapters = poll.adapters
         pod.free_run = poll.free_run
         pod.slot_width = poll.slot_width or pod.slot_width
         pod.slots = poll.slots or pod.slots

@@ -195,7 +195,8 @@ class _Router:
         )
         if named is not None:
             return self._relay(routed, NamedSlot(self.table, named))
-        return self._relay(routed, ByPolicy(self.table, routed.model or "", routed.prefix))
+        pick = ByPolicy(self.table, routed.model or "", routed.prefix, routed.adapter)
+        return self._relay(routed, pick)
 
     async def configs(self, request: Request) -> Response:
         named = named_slot(request, self.settings.slot_count)

@@ -45,7 +45,8 @@ __all__ = ["RoutingPolicy", "SlotAttempt", "SlotState", "SlotTable", "slot_view_
 
 logger = logging.getLogger("sie_worker.router")
 
-RoutingPolicy = Callable[[str, Sequence[SlotView]], Decision | None]
+# The decision for a model (and the LoRA adapter it names) over the slots' views.
+RoutingPolicy = Callable[[str, Sequence[SlotView], str | None], Decision | None]
 
 
 @dataclass(eq=False)
@@ -162,16 +163,22 @@ class SlotTable:
         return known
 
     def decide(
-        self, model: str, *, exclude: frozenset[int] = frozenset(), prefix: tuple[int, ...] = ()
+        self,
+        model: str,
+        *,
+        exclude: frozenset[int] = frozenset(),
+        prefix: tuple[int, ...] = (),
+        adapter: str | None = None,
     ) -> Decision | None:
-        """Where a request for ``model`` goes; ``prefix``: its prompt's block hashes."""
+        """Where a request for ``model`` (and LoRA ``adapter``) goes; ``prefix``: its
+        prompt's block hashes."""
         views = [v for v in self.views() if v.index not in exclude]
         if prefix:
             hits = self.prefixes.hits(prefix)
             decision = choose_by_prefix(model, views, hits.best) if hits else None
             if decision is not None:
                 return decision
-        return self.policy(model, views)
+        return self.policy(model, views, adapter)
 
     def sent(self, slot: int, prefix: tuple[int, ...]) -> None:
         """The request of ``prefix`` went to ``slot``: its worker holds those blocks now."""
@@ -312,6 +319,7 @@ def slot_view_parts(
             last_used=e.last_used,
             inflight=e.inflight,
             memory_bytes=e.memory_bytes,
+            adapters=e.adapters,
         )
         for name, e in answer.models.items()
     }
