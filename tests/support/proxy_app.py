@@ -15,7 +15,7 @@ import pytest
 from sie_worker.config.runtime import RequestRuntime
 from sie_worker.errors import SieError
 from sie_worker.http.connections import Connections
-from sie_worker.http.front_door import FrontDoor
+from sie_worker.http.wire import WiredStarlette
 from sie_worker.worker.metrics import StreamTimer
 from sie_worker.worker.proxy import Lease, forward
 from starlette.applications import Starlette
@@ -107,4 +107,4 @@ def proxy_app(
         except SieError as error:
             return JSONResponse(error.body(), status_code=error.status)
 
-    return FrontDoor(routes=[Route("/v1/completions", endpoint, methods=["POST"])])
+    return WiredStarlette(routes=[Route("/v1/completions", endpoint, methods=["POST"])])

@@ -16,9 +16,9 @@ from tests.support.asgi_server import serve
 from tests.support.proxy_app import EVERY_LOOP
 from tests.support.scripted_engine import EngineRequest, Reply, scripted_engine
 
-from sie_worker.http.front_door import FrontDoor
 from sie_worker.http.splice import relay_body
 from sie_worker.http.upstream import open_stream
+from sie_worker.http.wire import WiredStarlette
 
 pytestmark = EVERY_LOOP
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -86,7 +86,7 @@ async def test_the_bytes_read_with_the_upstreams_end_leave_with_the_answers_end(
         async def endpoint(request: Request) -> Response:
             return _Relay(upstream.base_url + "/stream", transform)
 
-        app = FrontDoor(routes=[Route("/relay", endpoint)])
+        app = WiredStarlette(routes=[Route("/relay", endpoint)])
         async with serve(app, lifespan="off") as port:
             segments = await _segments(port, first, first_read)
     # The first event left on its own, from the upstream parser's callback...

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import uvicorn
 from packaging.requirements import Requirement
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -27,8 +28,14 @@ from starlette.types import Receive, Scope, Send
 from tests.support.asgi_server import serve
 from tests.support.proxy_app import EVERY_LOOP
 
-from sie_worker.http.front_door import FrontDoor
-from sie_worker.http.wire import VERIFIED_UVICORN, Wire, cycle_class, wire_for
+from sie_worker.http.wire import (
+    VERIFIED_UVICORN,
+    BodyRewritingMiddleware,
+    Wire,
+    WiredStarlette,
+    cycle_class,
+    wire_for,
+)
 
 REQUIREMENTS = Path(__file__).resolve().parents[3] / "requirements"
 
@@ -99,11 +106,11 @@ class _Chunks(Response):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def _app(ways: list[str], headers: Callable[[Request], dict[str, str]]) -> FrontDoor:
+def _app(ways: list[str], headers: Callable[[Request], dict[str, str]]) -> WiredStarlette:
     async def endpoint(request: Request) -> Response:
         return _Chunks([b"hello", b" world"], ways, headers(request))
 
-    return FrontDoor(routes=[Route("/s", endpoint, methods=["GET", "HEAD"])])
+    return WiredStarlette(routes=[Route("/s", endpoint, methods=["GET", "HEAD"])])
 
 
 async def _exchange(port: int, raw: bytes, answers: int = 1) -> bytes:
@@ -206,7 +213,7 @@ async def test_a_client_that_does_not_read_makes_the_wire_ask_for_a_pause() -> N
     async def endpoint(request: Request) -> Response:
         return _Flood()
 
-    app = FrontDoor(routes=[Route("/s", endpoint)])
+    app = WiredStarlette(routes=[Route("/s", endpoint)])
     async with serve(app) as port:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /s HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -216,3 +223,25 @@ async def test_a_client_that_does_not_read_makes_the_wire_ask_for_a_pause() -> N
         await asyncio.sleep(0.1)
     # Paused at uvicorn's high-water mark (64 KiB), not after buffering without end.
     assert 0 < sizes[0] < 256 * 1024
+
+
+class _Compressing:
+    """A middleware that would rewrite bodies, and says nothing about it."""
+
+    def __init__(self, app: Callable[..., object]) -> None:
+        self.app = app
+
+
+class _Declared(_Compressing):
+    passes_body_through = True
+
+
+def test_a_wired_app_refuses_a_middleware_that_may_rewrite_bodies() -> None:
+    app = WiredStarlette(middleware=[Middleware(_Compressing)])  # type: ignore[arg-type]
+    with pytest.raises(BodyRewritingMiddleware, match="_Compressing may rewrite"):
+        app.build_middleware_stack()
+
+
+def test_a_wired_app_takes_a_middleware_that_declares_it_passes_bodies_through() -> None:
+    app = WiredStarlette(middleware=[Middleware(_Declared)])  # type: ignore[arg-type]
+    assert app.build_middleware_stack() is not None

@@ -1,12 +1,10 @@
 """Every server's front door (worker, router, gateway): the app class that does, for each
 request and before Starlette routes it, what every route needs done first.
 
-* The wire: uvicorn's cycle is kept in the scope (:data:`sie_worker.http.wire.CYCLE_KEY`)
-  for :func:`~sie_worker.http.wire.wire_for`; it has to be seen before Starlette's own
-  middleware wraps ``send``. Since a streamed body bypasses every middleware's ``send``, a
-  middleware that rewrites bodies (compression, say) would corrupt answers silently: the
-  app refuses to start with one that does not declare ``passes_body_through = True``
-  (:class:`BodyRewritingMiddleware`).
+* The wire: uvicorn's cycle is kept in the scope for
+  :func:`~sie_worker.http.wire.wire_for`, as :class:`~sie_worker.http.wire.WiredStarlette`
+  does (it has to be seen before Starlette's own middleware wraps ``send``); the app
+  refuses a middleware that may rewrite bodies, as that class does.
 * ``X-Request-Id`` on every request and every answer: a request without one gets a fresh
   id (32 hex digits) before any route runs, written into its headers, so every hop behind
   this one (slot router, worker, engine) sees the same id; the answer carries it back,
@@ -38,17 +36,16 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from sie_worker.errors import HeadersTooLarge, PayloadTooLarge, Unauthorized
 from sie_worker.http.errors import EXCEPTION_HANDLERS, send_error
 from sie_worker.http.headers import MAX_HEAD_BYTES
-from sie_worker.http.wire import CYCLE, CYCLE_KEY
+from sie_worker.http.wire import CYCLE, CYCLE_KEY, WiredStarlette
 
 __all__ = [
     "OPEN_PATHS",
     "REQUEST_ID_HEADER",
-    "BodyRewritingMiddleware",
     "FrontDoor",
     "head_bytes",
 ]
@@ -59,11 +56,6 @@ _ID = REQUEST_ID_HEADER.encode()
 _SIE_ID = b"x-sie-request-id"
 _SCHEME = len(b"bearer ")
 _log = logging.getLogger("sie_worker.middleware")
-
-
-class BodyRewritingMiddleware(TypeError):
-    """A middleware of a :class:`FrontDoor` app does not declare that it passes answers'
-    bodies through unchanged."""
 
 
 def _too_large(limit: int) -> PayloadTooLarge:
@@ -123,9 +115,11 @@ class _IdentifiedAnswer:
         await self.send(message)
 
 
-class FrontDoor(Starlette):
-    """A Starlette app behind its front door: the wire's cycle recorded, then the request
-    id, the request limits (with ``max_bytes``) and bearer auth (with ``api_key``)."""
+class FrontDoor(WiredStarlette):
+    """A Starlette app behind its front door: the wire's cycle recorded (as
+    :class:`~sie_worker.http.wire.WiredStarlette` does, whose middleware rule it keeps),
+    then the request id, the request limits (with ``max_bytes``) and bearer auth (with
+    ``api_key``), in this one frame."""
 
     def __init__(
         self,
@@ -150,21 +144,9 @@ class FrontDoor(Starlette):
         self.max_bytes = max_bytes
         self._expected = f"bearer {api_key}".encode() if api_key else None
 
-    def build_middleware_stack(self) -> ASGIApp:
-        for middleware in self.user_middleware:
-            cls = middleware.cls
-            if getattr(cls, "passes_body_through", False) is not True:
-                name = getattr(cls, "__qualname__", repr(cls))
-                raise BodyRewritingMiddleware(
-                    f"{name} may rewrite answers' bodies, and streamed bodies are written "
-                    "around middleware (sie_worker.http.wire): remove it, or give it "
-                    "`passes_body_through = True` if it never changes a body"
-                )
-        return super().build_middleware_stack()
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await super().__call__(scope, receive, send)
+            await Starlette.__call__(self, scope, receive, send)
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         request_id = None
@@ -198,7 +180,8 @@ class FrontDoor(Starlette):
         if wired:
             scope[CYCLE_KEY] = send.__self__  # type: ignore[attr-defined]
         try:
-            await super().__call__(scope, receive, answer)
+            # Starlette's own call, not WiredStarlette's: this frame records the cycle.
+            await Starlette.__call__(self, scope, receive, answer)
         finally:
             if wired:
                 # The cycle holds the scope: leave no reference loop for the collector.

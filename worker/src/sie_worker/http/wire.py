@@ -16,9 +16,11 @@ it and ``worker/tests/http/test_wire.py`` fails when either changes. Anything el
 server or protocol, ``httpx.ASGITransport`` in tests, HEAD, HTTP/1.0, a body with a length)
 gets no wire, and the caller relays through ``send`` as before.
 
-The app class every server uses, :class:`sie_worker.http.front_door.FrontDoor`, records the
-cycle under :data:`CYCLE_KEY` (it has to be seen before Starlette's own middleware wraps
-``send``) and refuses middleware that may rewrite bodies, which the wire goes around.
+:class:`WiredStarlette` is the app class that records the cycle: it has to be seen before
+Starlette's own middleware wraps ``send``. Since the body bypasses every middleware's
+``send``, a middleware that rewrites bodies (compression, say) would corrupt answers
+silently: the app refuses to start with any middleware that does not declare
+``passes_body_through = True`` (:class:`BodyRewritingMiddleware`).
 """
 
 from __future__ import annotations
@@ -26,12 +28,20 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from starlette.types import Scope
+from starlette.applications import Starlette
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["CYCLE", "CYCLE_KEY", "VERIFIED_UVICORN", "Wire", "cycle_class", "wire_for"]
+__all__ = [
+    "VERIFIED_UVICORN",
+    "BodyRewritingMiddleware",
+    "Wire",
+    "WiredStarlette",
+    "cycle_class",
+    "wire_for",
+]
 
 VERIFIED_UVICORN = "0.54.0"
-CYCLE_KEY = "sie_worker.wire"  # the cycle, kept in the scope for the response to find
+_SCOPE_KEY = "sie_worker.wire"  # the cycle, kept in the scope for the response to find
 
 
 def cycle_class() -> type[Any] | None:
@@ -43,7 +53,44 @@ def cycle_class() -> type[Any] | None:
     return RequestResponseCycle
 
 
-CYCLE = cycle_class()  # None: no httptools, no wire
+_CYCLE = cycle_class()
+# What the app class keeps in the scope, and the cycle's class, for the app class every
+# server uses (sie_worker.http.front_door.FrontDoor), which records the cycle itself.
+CYCLE_KEY = _SCOPE_KEY
+CYCLE = _CYCLE
+
+
+class BodyRewritingMiddleware(TypeError):
+    """A middleware of a :class:`WiredStarlette` app does not declare that it passes
+    answers' bodies through unchanged."""
+
+
+class WiredStarlette(Starlette):
+    """A Starlette app that keeps uvicorn's cycle in the scope for :func:`wire_for`, whose
+    middleware all pass bodies through (streamed bodies go around their ``send``)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        for middleware in self.user_middleware:
+            cls = middleware.cls
+            if getattr(cls, "passes_body_through", False) is not True:
+                name = getattr(cls, "__qualname__", repr(cls))
+                raise BodyRewritingMiddleware(
+                    f"{name} may rewrite answers' bodies, and streamed bodies are written "
+                    "around middleware (sie_worker.http.wire): remove it, or give it "
+                    "`passes_body_through = True` if it never changes a body"
+                )
+        return super().build_middleware_stack()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or type(getattr(send, "__self__", None)) is not _CYCLE:
+            await super().__call__(scope, receive, send)
+            return
+        scope[_SCOPE_KEY] = send.__self__  # type: ignore[attr-defined]
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # The cycle holds the scope: leave no reference loop for the collector to find.
+            del scope[_SCOPE_KEY]
 
 
 class Wire:
@@ -86,7 +133,7 @@ class Wire:
 def wire_for(scope: Scope) -> Wire | None:
     """The wire of an answer whose head was just sent, when its body may be written to the
     client directly: uvicorn's httptools cycle, HTTP/1.1, not HEAD, chunked framing."""
-    cycle = scope.get(CYCLE_KEY)
+    cycle = scope.get(_SCOPE_KEY)
     if cycle is None or scope.get("http_version") != "1.1" or scope.get("method") == "HEAD":
         return None
     if not cycle.response_started or cycle.response_complete or cycle.disconnected:
