@@ -72,7 +72,11 @@ class ModelCallHop(Protocol):
 
 
 async def model_call(hop: ModelCallHop, request: Request) -> Response:
-    """One model call at ``hop`` (see the module's docstring)."""
+    """The merged view of one model (``GET``), or one of its actions (``POST``: ``load``,
+    ``unload``, ``pin``, ``unpin``) sent where the hop sends it, else to every backend
+    holding the model.
+
+    At ``hop``, as the module's docstring says."""
     rest: str = request.path_params["rest"]
     if request.method == "GET":
         return await hop.model_detail(rest, request)

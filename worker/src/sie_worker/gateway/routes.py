@@ -120,6 +120,11 @@ async def list_devices(request: Request) -> Response:
 
 
 async def model_calls(request: Request) -> Response:
+    """The merged view of one model (``GET``), or one of its actions (``POST``: ``load``,
+    ``unload``, ``pin``, ``unpin``): ``load`` and ``pin`` where a request would go, the
+    others to every pod holding it.
+
+    :func:`sie_worker.backends.model_calls.model_call` with the gateway's part."""
     return await model_call(GatewayModelCalls(_gateway(request)), request)
 
 
