@@ -89,12 +89,14 @@ class SlotAttempt(Attempt):
     decision: Decision = field(kw_only=True)
     model: str | None = field(kw_only=True)
     queued: bool = False
+    loads: bool = False  # the slot's worker loads the model for it (or may: not ready)
 
     def started(self) -> None:
         table, decision = self.table, self.decision
         table.metrics.decisions_of(decision.reason).inc()
+        self.loads = table.loads(decision.slot, self.model, decision.reason)
         table.dispatched(decision.slot, self.model, decision.reason)
-        if self.model is not None and decision.reason != "ready":
+        if self.model is not None and self.loads:
             self.queued = True
             table.metrics.queued.inc()
 
@@ -108,8 +110,7 @@ class SlotAttempt(Attempt):
         self._dequeue()
         if self.refused is not None:
             table.mark_down(slot, self.refused)
-        changed = self.decision.reason != "ready"
-        table.finished(slot, self.model, changed=changed, served=self.served)
+        table.finished(slot, self.model, changed=self.loads, served=self.served)
 
     def _dequeue(self) -> None:
         if self.queued:
@@ -206,9 +207,22 @@ class SlotTable:
             model=model,
         )
 
+    def loads(self, slot: int, model: str | None, decision_reason: str) -> bool:
+        """Whether a request for ``model`` sent to ``slot`` for ``decision_reason`` may make
+        its worker load the model: not when it was sent there for being ready, nor for a
+        cached prefix where the last poll shows it ready (such a request changes nothing a
+        poll would show: it is not recorded as a load, and its end polls nothing)."""
+        if model is None or decision_reason == "ready":
+            return False
+        if decision_reason == "prefix":
+            polled = self.slots[slot].polled
+            entry = polled.models.get(model) if polled is not None else None
+            return entry is None or entry.state != "ready"
+        return True
+
     def dispatched(self, slot: int, model: str | None, decision_reason: str) -> None:
         state = self.slots[slot]
-        state.note_dispatch(model, self.clock(), loads=decision_reason != "ready")
+        state.note_dispatch(model, self.clock(), loads=self.loads(slot, model, decision_reason))
         self.metrics.inflight_of[slot].set(state.outstanding)
 
     def finished(self, slot: int, model: str | None, *, changed: bool, served: bool) -> None:
