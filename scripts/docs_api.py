@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -102,9 +103,12 @@ def _routes(routes: Iterable[Any]) -> list[tuple[str, str, str]]:
     for route in routes:
         if not isinstance(route, Route):
             continue
-        doc = inspect.getdoc(route.endpoint) or ""
+        endpoint = route.endpoint
+        while isinstance(endpoint, functools.partial):  # as Starlette unwraps it
+            endpoint = endpoint.func
+        doc = inspect.getdoc(endpoint) or ""
         methods = sorted((route.methods or set()) - {"HEAD"})
-        name = getattr(route.endpoint, "__name__", "")
+        name = getattr(endpoint, "__name__", "")
         rows.append((", ".join(methods), f"`{route.path}`", doc.split("\n\n", 1)[0] or f"`{name}`"))
     return rows
 

@@ -198,7 +198,7 @@ class SimWorker:
 def round_robin() -> RoutingPolicy:
     turns = itertools.count()
 
-    def pick(model: str, slots: Sequence[SlotView]) -> Decision | None:
+    def pick(model: str, slots: Sequence[SlotView], adapter: str | None) -> Decision | None:
         up = [s for s in slots if s.up]
         return Decision(up[next(turns) % len(up)].index, "least_outstanding") if up else None
 
@@ -206,7 +206,7 @@ def round_robin() -> RoutingPolicy:
 
 
 def least_outstanding() -> RoutingPolicy:
-    def pick(model: str, slots: Sequence[SlotView]) -> Decision | None:
+    def pick(model: str, slots: Sequence[SlotView], adapter: str | None) -> Decision | None:
         up = [s for s in slots if s.up]
         if not up:
             return None

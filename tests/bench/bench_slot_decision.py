@@ -96,7 +96,7 @@ def _best_us(table: SlotTable, view: Callable[[SlotState], SlotView], args: Any)
     for _ in range(args.repeats):
         start = time.perf_counter()
         for _ in range(args.decisions):
-            decision = table.policy(_MODEL, [view(s) for s in table.slots])
+            decision = table.policy(_MODEL, [view(s) for s in table.slots], None)
         best = min(best, (time.perf_counter() - start) / args.decisions * 1e6)
         if decision is None or decision.reason != "ready":
             raise RuntimeError(f"the decision over {len(table.slots)} slots was {decision}")

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sie_worker.backends.prefix import DEFAULT_INDEX_BLOCKS, PrefixIndex, block_hashes
-from sie_worker.gateway.policy import GroupView, PodView, choose, rendezvous_order
+from sie_worker.backends.session import rendezvous_order
+from sie_worker.gateway.policy import GroupView, PodView, choose
 
 from tests.bench.fleet_sim_turns import EX16_POLICIES, simulate_turns
 

@@ -26,9 +26,8 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from sie_worker.http import auth
-from sie_worker.http.auth import BearerAuth
-from starlette.applications import Starlette
+from sie_worker.http import front_door
+from sie_worker.http.front_door import FrontDoor
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -87,18 +86,18 @@ def test_the_header_is_compared_in_constant_time_with_a_case_insensitive_scheme(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[tuple[Any, Any]] = []
-    real = auth.hmac.compare_digest
+    real = front_door.hmac.compare_digest
 
     def spy(a: Any, b: Any) -> bool:
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
+    monkeypatch.setattr(front_door.hmac, "compare_digest", spy)
 
     async def ok(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
 
-    app = BearerAuth(Starlette(routes=[Route("/v1/models", ok)]), api_key=_KEY)
+    app = FrontDoor([Route("/v1/models", ok)], max_bytes=1024, api_key=_KEY)
     transport = httpx.ASGITransport(app=app)
 
     async def call(header: str) -> int:

@@ -126,15 +126,20 @@ PURE = {
     "model_server_series.py": set(),
     "backends/bound.py": set(),
     "backends/session.py": set(),
+    "backends/lora_affinity.py": set(),
     "gateway/tiers.py": set(),
+    "router/tiers.py": {"sie_worker.router.policy"},  # its types only (TYPE_CHECKING)
     "router/policy.py": {
         "sie_worker.model_states",
         "sie_worker.backends.bound",
+        "sie_worker.backends.lora_affinity",
         "sie_worker.backends.prefix",
+        "sie_worker.router.tiers",
     },
     "gateway/policy.py": {
         "sie_worker.config.widths",
         "sie_worker.backends.bound",
+        "sie_worker.backends.lora_affinity",
         "sie_worker.backends.prefix",
         "sie_worker.backends.session",
         "sie_worker.gateway.tiers",

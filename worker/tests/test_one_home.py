@@ -1,7 +1,7 @@
 """A rule the worker, router and gateway share lives in one place and is imported wherever it
 applies: no module compares a model's width with a device count or a slot's width itself
 (``sie_worker.config.widths.width_fits`` does); the body-size limit is only handed to the
-request-limits middleware, never checked elsewhere."""
+app's front door, never checked elsewhere."""
 
 from __future__ import annotations
 
@@ -73,12 +73,13 @@ def test_the_rules_module_holds_the_width_comparison() -> None:
 
 
 def _body_limit_reads(path: Path) -> list[int]:
-    """Lines that read a ``max_body_bytes`` other than to hand it to ``Middleware(...)``."""
+    """Lines that read a ``max_body_bytes`` other than to hand it to ``Middleware(...)`` or
+    to the app's front door (``FrontDoor(...)``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     handed = {
         id(keyword.value)
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and "Middleware" in _names(node.func)
+        if isinstance(node, ast.Call) and {"Middleware", "FrontDoor"} & _names(node.func)
         for keyword in node.keywords
     }
     return [
@@ -94,7 +95,7 @@ def _body_limit_reads(path: Path) -> list[int]:
 def test_the_body_limit_check_sees_a_read_and_passes_the_middleware(tmp_path: Path) -> None:
     module = tmp_path / "app.py"
     module.write_text(
-        "stack = [Middleware(RequestLimits, max_bytes=settings.max_body_bytes)]\n"
+        "stack = [Middleware(FrontDoor, max_bytes=settings.max_body_bytes)]\n"
         "if len(body) > settings.max_body_bytes:\n"
         "    raise TooLarge\n"
     )
@@ -102,8 +103,8 @@ def test_the_body_limit_check_sees_a_read_and_passes_the_middleware(tmp_path: Pa
 
 
 @pytest.mark.parametrize("path", FILES, ids=str)
-def test_the_body_limit_is_only_handed_to_the_request_limits_middleware(path: Path) -> None:
-    assert _body_limit_reads(path) == [], "sie_worker.http.request_limits checks bodies"
+def test_the_body_limit_is_only_handed_to_the_front_door(path: Path) -> None:
+    assert _body_limit_reads(path) == [], "sie_worker.http.front_door checks bodies"
 
 
 @pytest.mark.parametrize("path", FILES, ids=str)

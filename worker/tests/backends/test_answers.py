@@ -48,9 +48,15 @@ def test_a_negative_inflight_reads_as_none_and_adapters_are_their_bases() -> Non
         "data": [
             {"id": "a", "state": "ready", "inflight": -2},
             {"id": "a:sql", "state": "ready", "parent": "a"},
+            {"id": "b:x", "state": "loading", "parent": "b"},
+            {"id": "b", "state": "loading"},
         ]
     }
-    assert parse_models(body) == {"a": ModelEntry("ready", inflight=0)}
+    # An adapter is no model of its own: its base lists it among those it serves now (ready).
+    assert parse_models(body) == {
+        "a": ModelEntry("ready", inflight=0, adapters=frozenset({"sql"})),
+        "b": ModelEntry("loading"),
+    }
 
 
 def test_devices_keep_order_every_model_on_them_and_the_memory_left() -> None:

@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sie_worker.backends.bound import load_cap, within_bound
 from sie_worker.backends.prefix import PrefixMatch, best_of
-from sie_worker.gateway.policy import (
-    Decision,
-    GroupView,
-    PodView,
-    choose,
-    fits,
-    load_cap,
-    rendezvous_order,
-    tier_of,
-)
+from sie_worker.backends.session import rendezvous_order
+from sie_worker.gateway.policy import Decision, GroupView, PodLike, PodView, choose
+from sie_worker.gateway.tiers import tier_of
 
 MODELS = ("m", "n", "o")
+
+
+def fits(pod: PodLike, cap: int, slot_target: int) -> bool:
+    """The load-bound filter as the policy applies it to a pod."""
+    return within_bound(pod.outstanding, cap, slots=pod.slots, slot_target=slot_target)
+
+
 STATES = ("unloaded", "loading", "ready", "failed")
 
 
@@ -303,3 +305,74 @@ def test_a_prefix_on_a_pod_over_the_bound_or_without_the_model_gives_way() -> No
     both = [group(pod("a", m="ready"), pod("b", m="ready"), key="g")]
     tie = {("g", "a"): PrefixMatch(2, 4), ("g", "b"): PrefixMatch(2, 7)}
     assert choose("m", 1, both, prefix=partial(best_of, tie)) == Decision("g", "b", "prefix")
+
+
+# -- LoRA affinity ------------------------------------------------------------------------
+
+ADAPTERS = ("x", "y")
+
+
+@st.composite
+def groups_with_adapters(draw: st.DrawFn) -> list[GroupView]:
+    served = st.frozensets(st.sampled_from(ADAPTERS))
+    return [
+        GroupView(
+            g.key,
+            g.order,
+            [
+                replace(p, adapters={m: draw(served) for m in p.models})  # type: ignore[type-var]
+                for p in g.pods
+            ],
+        )
+        for g in draw(groups_strategy)
+    ]
+
+
+@given(
+    groups_with_adapters(),
+    st.sampled_from(MODELS),
+    st.integers(1, 4),
+    st.sampled_from(ADAPTERS),
+    st.integers(1, 8),
+)
+def test_an_adapter_picks_within_the_best_tier_its_serving_pods_first(
+    groups: list[GroupView], model: str, width: int, adapter: str, target: int
+) -> None:
+    plain = choose(model, width, groups, slot_target=target)
+    decision = choose(model, width, groups, slot_target=target, adapter=adapter)
+    if plain is None:
+        assert decision is None
+        return
+    assert decision is not None
+    # The adapter never changes the group or the tier, only the pod within them.
+    assert (decision.group, decision.reason) == (plain.group, plain.reason)
+    chosen_group = next(g for g in groups if g.key == decision.group)
+    candidates = _candidates(chosen_group, width=width)
+    cap = load_cap(sum(p.outstanding for p in candidates), len(candidates))
+    tier = tier_of(next(p for p in candidates if p.name == decision.pod), model, width)
+    same = [p for p in candidates if tier_of(p, model, width) == tier and fits(p, cap, target)]
+    serving = [p for p in same if adapter in p.adapters.get(model, ())]
+    chosen = next(p for p in same if p.name == decision.pod)
+    if serving:
+        assert chosen in serving
+        assert chosen.outstanding == min(p.outstanding for p in serving)
+    else:
+        assert decision == plain
+
+
+def test_a_session_keeps_its_pod_whatever_adapter_it_asks_for() -> None:
+    pods = [pod(f"p{i}", m="ready") for i in range(4)]
+    served = [
+        replace(p, adapters={"m": frozenset({"x"})}) if i == 3 else p for i, p in enumerate(pods)
+    ]
+    home = choose("m", 1, [group(*pods)], session="s")
+    assert choose("m", 1, [group(*served)], session="s", adapter="x") == home
+
+
+def test_an_idle_pod_without_the_adapter_gives_way_to_a_busier_one_with_it() -> None:
+    pods = [
+        pod("a", m="ready"),
+        replace(pod("b", m="ready", outstanding=2), adapters={"m": frozenset({"x"})}),
+    ]
+    assert choose("m", 1, [group(*pods)]) == Decision("g", "a", "ready")
+    assert choose("m", 1, [group(*pods)], adapter="x") == Decision("g", "b", "ready")

@@ -26,8 +26,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from tests.support.asgi_server import TcpFront, serve
 
+from sie_worker.http import relay as http_relay
 from sie_worker.http.request import BODY_NEEDS_MODEL
-from sie_worker.router import relay as router_relay
 from sie_worker.router.app import create_router_app
 from sie_worker.router.settings import RouterSettings
 from sie_worker.sie_api.ids import resolve_model_id
@@ -625,7 +625,7 @@ async def test_slot_leaving_rotation_while_a_request_connects_sends_it_elsewhere
     """The worker died with a request still connecting to it: the request never reached a
     worker, so it is routed again instead of failing with 502."""
     connecting = anyio.Event()
-    real_open_stream = router_relay.open_stream
+    real_open_stream = http_relay.open_stream
 
     async def open_stream(url: str, *args: Any, **kwargs: Any) -> Any:
         if url.startswith(p.app.state.table.slots[0].url):
@@ -633,7 +633,7 @@ async def test_slot_leaving_rotation_while_a_request_connects_sends_it_elsewhere
             await anyio.sleep_forever()  # a connect still in flight when the slot goes down
         return await real_open_stream(url, *args, **kwargs)
 
-    monkeypatch.setattr(router_relay, "open_stream", open_stream)
+    monkeypatch.setattr(http_relay, "open_stream", open_stream)
     async with pod(slots=2) as p:
         p.workers[0].preload("a")
         await p.until(lambda: p.app.state.table.slots[0].view().state_of("a") == "ready", "poll")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 
 from hypothesis import given, settings
@@ -20,6 +21,7 @@ from sie_worker.router.policy import (
     record_dispatch,
     record_served,
 )
+from sie_worker.router.tiers import TIERS
 
 MODELS = ("a", "b", "c", "d")
 
@@ -349,3 +351,61 @@ def test_a_model_with_reported_memory_shares_a_device_that_has_room_for_it() -> 
     tight = SlotView(index=0, devices=shared.devices, models=shared.models, room=(need - 1,))
     assert choose_slot("b", [tight]) == Decision(0, "evict_lru")
     assert record_dispatch(tight, "b").models["a"].state == "unloaded"
+
+
+# -- LoRA affinity ------------------------------------------------------------------------
+
+ADAPTERS = ("x", "y")
+
+
+@st.composite
+def pods_with_adapters(draw: st.DrawFn) -> list[SlotView]:
+    slots = draw(pods())
+    served = st.frozensets(st.sampled_from(ADAPTERS))
+    return [
+        replace(
+            s,
+            models={m: replace(v, adapters=draw(served)) for m, v in s.models.items()},
+        )
+        for s in slots
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pods_with_adapters(), st.sampled_from(MODELS), st.sampled_from(ADAPTERS))
+def test_an_adapter_picks_within_the_tier_its_serving_slots_first(
+    slots: list[SlotView], model: str, adapter: str
+) -> None:
+    plain = choose_slot(model, slots)
+    decision = choose_slot(model, slots, adapter=adapter)
+    if plain is None:
+        assert decision is None
+        return
+    assert decision is not None
+    assert decision.reason == plain.reason  # the adapter never changes the tier
+    if decision.reason not in ("ready", "loading", "free_device"):
+        assert decision == plain
+        return
+    tier = [s for s in slots if s.up and _in_tier(model, s, decision.reason)]
+    serving = [s for s in tier if adapter in s.adapters_of(model)]
+    chosen = slots[decision.slot]
+    if serving:
+        assert chosen in serving
+        assert chosen.outstanding == min(s.outstanding for s in serving)
+    else:
+        assert decision == plain
+
+
+def _in_tier(model: str, slot: SlotView, reason: str) -> bool:
+    return dict(TIERS)[reason](model, slot)  # type: ignore[index]
+
+
+def test_a_busier_slot_serving_the_adapter_wins_over_an_idle_one_without() -> None:
+    with_x = replace(ready(), adapters=frozenset({"x"}))
+    slots = [
+        slot(0, models={"a": ready()}),
+        slot(1, models={"a": with_x}, outstanding=3),
+    ]
+    assert choose_slot("a", slots) == Decision(0, "ready")
+    assert choose_slot("a", slots, adapter="x") == Decision(1, "ready")
+    assert choose_slot("a", slots, adapter="y") == Decision(0, "ready")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.bench.bench_slot_decision import view_rebuilding_every_model
@@ -202,3 +203,26 @@ def test_a_prompt_goes_back_to_the_slot_that_holds_its_prefix_until_that_slot_le
     assert t.decide("a", prefix=second) == Decision(0, "ready")
     t.mark_down(2, "gone")
     assert t.prefixes.match(second) == {}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_a_prefix_request_to_a_ready_model_is_no_load_and_its_end_polls_nothing() -> None:
+    t, clock = table()
+    t.apply_poll(0, clock(), {"a": ModelView("ready"), "b": ModelView("loading")}, FREE, True)
+    assert not t.loads(0, "a", "prefix")
+    assert t.loads(0, "b", "prefix")  # still loading: its end is worth a poll
+    assert t.loads(1, "a", "prefix")  # not polled yet: nothing says it is ready
+    assert (t.loads(0, "a", "ready"), t.loads(0, None, "free_device")) == (False, False)
+    async with t.attempt(Decision(0, "prefix"), "a") as attempt:
+        assert t.slots[0].pending == []
+        assert t.metrics.queued._value.get() == 0
+        attempt.answered(200)
+    assert not t.slots[0].wake.is_set()
+    async with t.attempt(Decision(0, "prefix"), "b"):
+        assert t.metrics.queued._value.get() == 1
+    assert t.slots[0].wake.is_set()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -38,6 +38,8 @@ class ModelEntry:
     last_used: float | None = None  # unix seconds
     inflight: int = 0
     memory_bytes: int | None = None  # what it reserves (or would) on each of its devices
+    # Its LoRA adapters the backend serves now (listed as ``<id>:<adapter>``, ready).
+    adapters: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,16 @@ def parse_models(body: Any) -> dict[str, ModelEntry]:
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
         raise ValueError('/v1/models: expected {"data": [...]}')
     models: dict[str, ModelEntry] = {}
+    adapters: dict[str, set[str]] = {}
     for entry in body["data"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             raise ValueError("/v1/models: every entry needs a string id")
-        if isinstance(entry.get("parent"), str):
-            continue  # a LoRA adapter lives on its base model, which is listed itself
+        parent = entry.get("parent")
+        if isinstance(parent, str):
+            # A LoRA adapter lives on its base model, which is listed itself.
+            if entry["id"].startswith(f"{parent}:") and entry.get("state") == "ready":
+                adapters.setdefault(parent, set()).add(entry["id"][len(parent) + 1 :])
+            continue
         width = _count(entry.get("width"))
         if width is None or width < 1:
             devices = entry.get("devices")
@@ -112,6 +119,9 @@ def parse_models(body: Any) -> dict[str, ModelEntry]:
             inflight=max(_count(entry.get("inflight")) or 0, 0),
             memory_bytes=_count(entry.get("memory_bytes")),
         )
+    for parent, names in adapters.items():
+        if parent in models:
+            models[parent] = replace(models[parent], adapters=frozenset(names))
     return models
 
 

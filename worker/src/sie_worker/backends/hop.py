@@ -1,27 +1,24 @@
 """What the slot router and the gateway are alike as hops in front of their backends: the
-client of their own calls to the backends (:class:`OwnCalls`) and one try of a relayed
-request on one backend (:class:`BackendDispatch`, the shared part of
-:class:`sie_worker.http.relay.Dispatch`). Their app shell is the worker's too
+client of their own calls to the backends (:class:`OwnCalls`; one try of a relayed request
+on one backend is :class:`sie_worker.backends.table.Attempt`). Their app shell is the worker's too
 (:func:`sie_worker.http.app_shell.app_shell`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from starlette.responses import Response
 
 from sie_worker.backends.hop_settings import HopSettings
-from sie_worker.backends.table import Backend
 from sie_worker.http.connections import Connections
 from sie_worker.http.fan_out import Target, ask_all, fan_out
 from sie_worker.http.headers import forward_headers
 from sie_worker.http.relay import Upstream
 
-__all__ = ["BackendDispatch", "OwnCalls"]
+__all__ = ["OwnCalls"]
 
 
 class OwnCalls:
@@ -74,27 +71,3 @@ class OwnCalls:
             connections.close()
             if self._injected is None:
                 await client.aclose()
-
-
-@dataclass
-class BackendDispatch:
-    """One try on ``backend``: ``key`` is what a retry excludes, ``name`` is for messages."""
-
-    backend: Backend
-    key: Hashable
-    name: str
-
-    @property
-    def url(self) -> str:
-        return self.backend.url
-
-    @property
-    def aborts(self) -> set[Callable[[], None]]:
-        return self.backend.aborts
-
-    @property
-    def resume(self) -> bool:
-        return True
-
-    def connected(self) -> None:
-        return

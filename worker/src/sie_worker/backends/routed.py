@@ -71,7 +71,7 @@ async def read_routed(
     """The request a route that names a model received: the OpenAI routes by the body's
     ``model``, the SIE ones (``/v1/<route>/{model}``) by the path. ``known``: the served ids
     this hop knows; ``target``: what to send upstream (default: the raw path and query)."""
-    body = await request.body()  # its size limit: RequestLimits
+    body = await request.body()  # its size limit: FrontDoor
     asked = request.path_params.get("model")
     adapter = None
     payload: Mapping[str, Any] | None
@@ -92,7 +92,7 @@ async def read_routed(
     return RoutedRequest(
         method=request.method,
         target=target if target is not None else request_target(request),
-        headers=forward_headers(request.scope["headers"]),  # X-Request-Id: see RequestId
+        headers=forward_headers(request.scope["headers"]),  # X-Request-Id: see FrontDoor
         body=body,
         model=model,
         adapter=adapter,

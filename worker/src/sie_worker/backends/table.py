@@ -10,6 +10,10 @@ with the rules both follow, and the loop that polls it.
   that finishes late is ignored.
 * Down: ``down_after_failures`` failed polls in a row, or a refused connection, take the
   backend out of rotation and abort its in-flight requests; polling goes on.
+* Attempt: each try of a relayed request on a backend is ``async with table.attempt(...)``
+  (:class:`Attempt`): entering counts it dispatched, leaving counts it finished, and what
+  the relay noted on the way (the status the client got, a refused connection) is what
+  the table accounts.
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import TypeVar
 
 import anyio
 
 from sie_worker.http.poll import PollError
 
-__all__ = ["Abort", "Backend", "Pending", "poll_loop"]
+__all__ = ["Abort", "Attempt", "Backend", "Pending", "poll_loop"]
 
 Abort = Callable[[], None]
 # What was dispatched since the last poll: (monotonic time, model, True once it was served).
@@ -110,6 +115,61 @@ class Backend:
             abort()
         self.wake.set()
         return was_answering
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One try of a request on ``backend``, as the router and the gateway account for it:
+    ``async with`` it around the try. ``key`` is what a retry excludes, ``name`` is for
+    messages; ``response_headers`` go on a relayed answer's head, ``error_headers`` on an
+    error the relay answers itself after this try. The relay notes what happened:
+    :meth:`answered` with the status the client got, ``refused`` when nothing listened.
+
+    A table's subclass does its accounting in :meth:`started`, :meth:`answered` and
+    :meth:`ended`."""
+
+    backend: Backend
+    key: Hashable
+    name: str
+    response_headers: Sequence[tuple[bytes, bytes]] = ()
+    error_headers: Sequence[tuple[str, str]] = ()
+    resume: bool = True  # a stream this try relays may go on elsewhere if it breaks
+    status: int | None = None  # the backend's answer, once its head arrived
+    refused: str | None = None  # why nothing listened, when nothing did
+    # The backend's, as plain attributes: the relay reads them at every step of the try.
+    url: str = field(init=False)
+    aborts: set[Abort] = field(init=False)  # what cancels its tries when it leaves rotation
+
+    def __post_init__(self) -> None:
+        self.url = self.backend.url
+        self.aborts = self.backend.aborts
+
+    @property
+    def served(self) -> bool:
+        return self.status is not None and self.status < 400
+
+    def answered(self, status: int) -> None:
+        """The backend's answer (its head) goes to the client with ``status`` (a subclass
+        that counts it sets ``status`` too)."""
+        self.status = status
+
+    def started(self) -> None:
+        """Count the try as dispatched."""
+
+    def ended(self) -> None:
+        """Count the try as finished (``refused``, ``served``: what it came to)."""
+
+    async def __aenter__(self) -> Attempt:
+        self.started()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.ended()
 
 
 async def poll_loop(

@@ -49,7 +49,7 @@ def selection(
         pool=headers.get("x-sie-pool"),
         profile=headers.get("x-sie-machine-profile"),
     )
-    return Selection(model, width, tuple(groups), request.session, request.prefix)
+    return Selection(model, width, tuple(groups), request.session, request.prefix, request.adapter)
 
 
 def model_width(catalogue: Catalogue, fleet: Fleet, model: str) -> int:
@@ -63,7 +63,7 @@ def model_width(catalogue: Catalogue, fleet: Fleet, model: str) -> int:
 @dataclass(frozen=True)
 class Selection:
     """A request's model, the pool x bundles that may serve it (in order), its session
-    key and its prompt's prefix blocks."""
+    key, its prompt's prefix blocks and its LoRA adapter."""
 
     model: str
     width: int
@@ -71,6 +71,7 @@ class Selection:
     session: str | None = None
     # The prompt's prefix block hashes (sie_worker.backends.prefix); empty: none, or off.
     prefix: tuple[int, ...] = ()
+    adapter: str | None = None  # the LoRA adapter it names (pods serving it first)
 
 
 def _describe_pools(specs: Sequence[PoolSpec]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sie_worker.backends.answers import BackendPoll, DeviceEntry
 
@@ -22,6 +22,8 @@ class PodPoll:
     ready_slots: int
     ready: bool
     slot_width: int = 0  # devices of the widest slot (0: not known)
+    # model -> its LoRA adapters the pod serves now (only models with some)
+    adapters: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 def pod_poll(answer: BackendPoll) -> PodPoll:
@@ -34,6 +36,7 @@ def pod_poll(answer: BackendPoll) -> PodPoll:
         answer.ready_slots,
         answer.ready,
         slot_width_of(answer.devices),
+        {name: e.adapters for name, e in answer.models.items() if e.adapters},
     )
 
 

@@ -2,8 +2,9 @@
 composed as filter -> score -> pick from one small module each: the fit filter (slots as
 wide as the model, :mod:`sie_worker.config.widths`), the tier scorer
 (:mod:`sie_worker.gateway.tiers`), the load-bound filter (:mod:`sie_worker.backends.bound`,
-the router's too), the session scorer (:mod:`sie_worker.backends.session`) and the prefix
-pick (:mod:`sie_worker.backends.prefix`, the router's too).
+the router's too), the session scorer (:mod:`sie_worker.backends.session`), the prefix
+pick (:mod:`sie_worker.backends.prefix`, the router's too) and the LoRA affinity scorer
+(:mod:`sie_worker.backends.lora_affinity`, the router's too).
 
 A request for ``model`` that may go to the pool x bundles ``groups`` (already filtered by
 the request's headers and by what each pool can serve) goes to one pod. Each pod is a tier
@@ -21,7 +22,8 @@ group's in-flight + 1) / candidates)``. The least loaded candidate always fits.
    slot, then the earlier entry of the pools file.
 2. Pod, without a session key: the first tier in ``ready, loading, free_slot,
    least_outstanding`` order that has a fitting pod, and there the least outstanding pod
-   (ties: name). So a hot model spreads to idle pods only once its pods are busy.
+   (ties: name), the pods that serve the request's LoRA adapter now first. So a hot model
+   spreads to idle pods only once its pods are busy.
 3. Pod, with a session key (``X-Session-Id``, ``user``, ...): the same tiers, but within the
    tier the first fitting pod in the key's rendezvous-hash order (highest
    ``hash(key, pod)`` first): a session sticks to one pod, moves only when that pod is
@@ -44,25 +46,13 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from sie_worker.backends.bound import BALANCE_FACTOR, load_cap, within_bound
+from sie_worker.backends.lora_affinity import adapter_miss
 from sie_worker.backends.prefix import PrefixPick
-from sie_worker.backends.session import rendezvous_order, session_score
+from sie_worker.backends.session import session_score
 from sie_worker.config.widths import width_fits
 from sie_worker.gateway.tiers import TIERS, tier_of
 
-__all__ = [
-    "BALANCE_FACTOR",
-    "REASONS",
-    "Decision",
-    "GroupView",
-    "PodLike",
-    "PodView",
-    "Reason",
-    "choose",
-    "fits",
-    "load_cap",
-    "rendezvous_order",
-    "tier_of",
-]  # fits, rendezvous_order and tier_of: the parts, re-exported for the tests and the bench
+__all__ = ["REASONS", "Decision", "GroupView", "PodLike", "PodView", "Reason", "choose"]
 
 Reason = Literal[
     "ready", "loading", "free_slot", "least_outstanding", "affinity", "affinity_spill", "prefix"
@@ -95,6 +85,8 @@ class PodLike(Protocol):
     def free_run(self) -> int: ...  # widest run of free GPUs within one slot
     @property
     def slot_width(self) -> int: ...  # GPUs of its widest slot: the widest model it takes
+    @property
+    def adapters(self) -> Mapping[str, frozenset[str]]: ...  # model -> LoRA adapters served
 
 
 @dataclass(frozen=True)
@@ -106,6 +98,7 @@ class PodView:
     models: Mapping[str, str] = field(default_factory=dict)
     free_run: int = 0
     slot_width: int = 8  # unless said otherwise, as wide as any model (8 GPUs)
+    adapters: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,42 +127,23 @@ def choose(
     slot_target: int = 4,
     factor: float = BALANCE_FACTOR,
     prefix: PrefixPick | None = None,
+    adapter: str | None = None,
 ) -> Decision | None:
     """The pod for one request, or None when no group has a candidate (hold the request)."""
-    # Filter (up, not excluded, wide enough) and score (tier, load bound) in one pass per
-    # group, each candidate once; then pick: prefix, else least outstanding or the session's
-    # rendezvous order in the best group's best tier.
+    # Filter and score each group's candidates (each once), then pick: prefix, else least
+    # outstanding or the session's rendezvous order in the best group's best tier.
     cached: set[tuple[Hashable, str]] = set()  # where the prefix rule may send it
     best_rank: tuple[int, float, int] | None = None
-    best: tuple[GroupView, list[tuple[PodLike, int, bool]]] | None = None
+    best: tuple[GroupView, list[_Rated]] | None = None
     for group in groups:
-        if exclude:
-            candidates = [
-                p
-                for p in group.pods
-                if p.up and width_fits(width, p.slot_width) and p.name not in exclude
-            ]
-        else:
-            candidates = [p for p in group.pods if p.up and width_fits(width, p.slot_width)]
-        if not candidates:
+        rated, tier, load = _rate(
+            _candidates(group, width, exclude), model, width, slot_target, factor
+        )
+        if not rated:
             continue
-        total = 0
-        slots = 0
-        for p in candidates:
-            total += p.outstanding
-            slots += p.slots
-        cap = load_cap(total, len(candidates), factor)
-        rated: list[tuple[PodLike, int, bool]] = []
-        tier = 4
-        for p in candidates:
-            fit = within_bound(p.outstanding, cap, slots=p.slots, slot_target=slot_target)
-            t = tier_of(p, model, width)
-            rated.append((p, t, fit))
-            if fit and t < tier:
-                tier = t
-            if prefix is not None and fit and t <= 1:
-                cached.add((group.key, p.name))
-        rank = (tier, total / slots, group.order)
+        if prefix is not None:
+            cached.update((group.key, p.name) for p, t, fit in rated if fit and t <= 1)
+        rank = (tier, load, group.order)
         if best_rank is None or rank < best_rank:
             best_rank, best = rank, (group, rated)
     if best is None or best_rank is None:
@@ -183,21 +157,59 @@ def choose(
     tier = best_rank[0]
     if session is None:
         pod = min(
-            (p for p, t, fit in rated if t == tier and fit), key=lambda p: (p.outstanding, p.name)
+            (p for p, t, fit in rated if t == tier and fit),
+            key=lambda p: (adapter_miss(p.adapters.get(model, ()), adapter), p.outstanding, p.name),
         )
         return Decision(group.key, pod.name, TIERS[tier])
-    # The key's rendezvous order, among pods of the chosen tier or better only.
+    return _by_session(group.key, rated, tier, session)
+
+
+# A candidate, its tier (gateway.tiers) and whether it is within the load bound.
+_Rated = tuple[PodLike, int, bool]
+
+
+def _candidates(group: GroupView, width: int, exclude: Collection[str]) -> list[PodLike]:
+    """The filter: pods that answer, are not excluded and whose slots are wide enough
+    (:func:`~sie_worker.config.widths.width_fits`)."""
+    if exclude:
+        return [
+            p
+            for p in group.pods
+            if p.up and width_fits(width, p.slot_width) and p.name not in exclude
+        ]
+    return [p for p in group.pods if p.up and width_fits(width, p.slot_width)]
+
+
+def _rate(
+    candidates: Sequence[PodLike], model: str, width: int, slot_target: int, factor: float
+) -> tuple[list[_Rated], int, float]:
+    """The scores: each candidate's tier and load-bound fit; the group's best fitting tier
+    and its in-flight requests per slot."""
+    if not candidates:
+        return [], 4, 0.0
+    total = sum(p.outstanding for p in candidates)
+    slots = sum(p.slots for p in candidates)
+    cap = load_cap(total, len(candidates), factor)
+    rated: list[_Rated] = []
+    tier = 4
+    for p in candidates:
+        fit = within_bound(p.outstanding, cap, slots=p.slots, slot_target=slot_target)
+        t = tier_of(p, model, width)
+        rated.append((p, t, fit))
+        if fit and t < tier:
+            tier = t
+    return rated, tier, total / slots
+
+
+def _by_session(group: Hashable, rated: Sequence[_Rated], tier: int, session: str) -> Decision:
+    """The pick with a session key: the key's rendezvous order, among pods of the chosen
+    tier or better only (:mod:`sie_worker.backends.session`)."""
     ranked = sorted(
         ((-session_score(session, p.name), p.name, t, fit) for p, t, fit in rated if t <= tier)
     )
     skipped = False  # a pod at least as good came first in the session's order, but was full
     for _, name, t, fit in ranked:
         if t == tier and fit:
-            return Decision(group.key, name, "affinity_spill" if skipped else "affinity")
+            return Decision(group, name, "affinity_spill" if skipped else "affinity")
         skipped = True
     raise AssertionError("unreachable: the chosen tier has a fitting pod")
-
-
-def fits(pod: PodLike, cap: int, slot_target: int) -> bool:
-    """The load-bound filter for a pod (:func:`~sie_worker.backends.bound.within_bound`)."""
-    return within_bound(pod.outstanding, cap, slots=pod.slots, slot_target=slot_target)

@@ -12,6 +12,8 @@ shape, ``/v1/models`` and ``/v1/devices`` the union over the pods.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -19,7 +21,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sie_worker.backends.routed import RoutedRequest, model_action, read_routed, request_target
+from sie_worker.backends.hop import OwnCalls
+from sie_worker.backends.model_calls import model_call
+from sie_worker.backends.routed import RoutedRequest, read_routed, request_target
 from sie_worker.errors import (
     EngineUnavailable,
     MethodNotAllowed,
@@ -36,6 +40,7 @@ from sie_worker.http.relay import RelayResponse
 
 __all__ = [
     "ROUTES",
+    "GatewayModelCalls",
     "configs",
     "health",
     "healthz",
@@ -43,7 +48,7 @@ __all__ = [
     "list_devices",
     "list_models",
     "metrics",
-    "model_call",
+    "model_calls",
     "readyz",
 ]
 
@@ -114,27 +119,72 @@ async def list_devices(request: Request) -> Response:
     return JSONResponse({"devices": devices})
 
 
-async def model_call(request: Request) -> Response:
-    gateway = _gateway(request)
-    catalogue = gateway.catalogue
-    rest: str = request.path_params["rest"]
-    if request.method == "GET":
-        model = gateway.model_id(rest)
+async def model_calls(request: Request) -> Response:
+    """The merged view of one model (``GET``), or one of its actions (``POST``: ``load``,
+    ``unload``, ``pin``, ``unpin``): ``load`` and ``pin`` where a request would go, the
+    others to every pod holding it.
+
+    :func:`sie_worker.backends.model_calls.model_call` with the gateway's part."""
+    return await model_call(GatewayModelCalls(_gateway(request)), request)
+
+
+@dataclass(frozen=True)
+class GatewayModelCalls:
+    """What the gateway plugs into :func:`~sie_worker.backends.model_calls.model_call`:
+    ``load`` and ``pin`` go where a request for the model would; ``unload`` and ``unpin``
+    to every ready pod that has the model (in the pools allowed)."""
+
+    gateway: Gateway
+    holder_header: str = "x-sie-pod"
+
+    @property
+    def calls(self) -> OwnCalls:
+        return self.gateway.calls
+
+    def request_target(self, request: Request) -> str:
+        return request_target(request)
+
+    async def model_ids(self, request: Request) -> Collection[str]:
+        return self.gateway.known_ids()
+
+    async def model_detail(self, model: str, request: Request) -> Response:
+        gateway = self.gateway
+        model_id = gateway.model_id(model)
         merged = merge_model_lists(await _answers_by_pod(gateway, "/v1/models", request), ())
         for entry in merged["data"]:
-            if entry.get("id") == model:
+            if entry.get("id") == model_id:
                 sie: dict[str, Any] = next(
-                    (m for m in merged["models"] if m.get("name") == model), {}
+                    (m for m in merged["models"] if m.get("name") == model_id), {}
                 )
                 return JSONResponse({**sie, **entry})
-        if model in catalogue.models:
-            return JSONResponse(merge_model_lists([], [model])["data"][0])
-        raise UnknownModel(f"model {rest!r} is not configured in any pool")
-    model, action = model_action(rest, gateway.known_ids())
-    body = await request.body()  # its size limit: RequestLimits
-    if action in ("load", "pin"):
-        return _route(gateway, request, _upstream(request, body, model))
-    return await _fan_out_to_holders(gateway, request, body, model)
+        if model_id in gateway.catalogue.models:
+            return JSONResponse(merge_model_lists([], [model_id])["data"][0])
+        raise UnknownModel(f"model {model!r} is not configured in any pool")
+
+    async def send_model_call(
+        self, call: RoutedRequest, action: str, request: Request
+    ) -> Response | None:
+        if action in ("load", "pin"):
+            return _route(self.gateway, request, call)
+        return None
+
+    def model_holders(self, model: str, action: str, request: Request) -> list[Target]:
+        gateway = self.gateway
+        named = RoutedRequest(request.method, "", (), b"", model)
+        chosen = selection(gateway.specs, gateway.catalogue, gateway.fleet, named, request.headers)
+        holders = sorted(
+            (
+                p
+                for k in chosen.groups
+                for p in gateway.fleet.groups[k].routable()
+                if p.models.get(model, "unloaded") != "unloaded"
+            ),
+            key=lambda p: p.name,
+        )
+        return [_target(p) for p in holders]
+
+    def none_holds(self, model: str, action: str, call: RoutedRequest) -> Response:
+        return JSONResponse({"id": model, "state": "unloaded", "pods": []})
 
 
 # -- requests that name a model --------------------------------------------------------
@@ -172,7 +222,7 @@ ROUTES = [
     Route("/health", health, methods=["GET"]),
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/devices", list_devices, methods=["GET"]),
-    Route("/v1/models/{rest:path}", model_call, methods=["GET", "POST"]),
+    Route("/v1/models/{rest:path}", model_calls, methods=["GET", "POST"]),
     *[Route(f"/v1/{kind}/{{model:path}}", inference, methods=["POST"]) for kind in _NATIVE],
     Route("/v1/configs", configs, methods=["GET", "PUT", "DELETE"]),
     Route("/v1/configs/{rest:path}", configs, methods=["GET", "PUT", "DELETE"]),
@@ -193,7 +243,7 @@ def _route(gateway: Gateway, request: Request, routed: RoutedRequest) -> Respons
 
 def _upstream(request: Request, body: bytes, model: str | None) -> RoutedRequest:
     """A request routed without reading its body (model calls, configs)."""
-    headers = forward_headers(request.scope["headers"])  # X-Request-Id: see RequestId
+    headers = forward_headers(request.scope["headers"])  # X-Request-Id: see FrontDoor
     return RoutedRequest(request.method, request_target(request), headers, body, model)
 
 
@@ -216,23 +266,3 @@ async def _answers_by_pod(
         ({"pool": keys[t.label].pool, "bundle": keys[t.label].bundle, "pod": t.label}, body)
         for t, body in answers
     ]
-
-
-async def _fan_out_to_holders(
-    gateway: Gateway, request: Request, body: bytes, model: str
-) -> Response:
-    """unload / unpin on every ready pod that has the model (in the pools allowed)."""
-    routed = _upstream(request, body, model)
-    chosen = selection(gateway.specs, gateway.catalogue, gateway.fleet, routed, request.headers)
-    holders = sorted(
-        (
-            p
-            for k in chosen.groups
-            for p in gateway.fleet.groups[k].routable()
-            if p.models.get(model, "unloaded") != "unloaded"
-        ),
-        key=lambda p: p.name,
-    )
-    if not holders:
-        return JSONResponse({"id": model, "state": "unloaded", "pods": []})
-    return await gateway.calls.fan_out(routed, [_target(p) for p in holders], "x-sie-pod")

@@ -1,6 +1,6 @@
 """From the pools a request may go to (:mod:`sie_worker.gateway.choice`) to a pod: holding
-while none has a ready pod, and the accounting of each try (:class:`PodDispatch`, what
-:mod:`sie_worker.http.relay` calls back).
+while none has a ready pod; each try is the fleet's attempt on the pod
+(:meth:`~sie_worker.gateway.state.Fleet.attempt`).
 
 Holding (:class:`Holder`): when none of those pools has a ready pod, the request waits in
 the first of them (counted in ``sie_gateway_pending_requests``) until a pod is ready, for
@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable
+from dataclasses import dataclass
 
 import anyio
 
-from sie_worker.backends.hop import BackendDispatch
 from sie_worker.errors import EngineUnavailable, Provisioning, QueueFull
 from sie_worker.gateway.choice import Selection
 from sie_worker.gateway.metrics import GatewayMetrics, HeldRequest
 from sie_worker.gateway.policy import Decision, choose
 from sie_worker.gateway.pools import PoolKey
-from sie_worker.gateway.state import Fleet, PodState
+from sie_worker.gateway.state import Fleet, PodAttempt, PodState
 
-__all__ = ["Holder", "OnePod", "PodChoice", "PodDispatch"]
+__all__ = ["Holder", "OnePod", "PodChoice"]
 
 logger = logging.getLogger("sie_worker.gateway")
 
@@ -70,6 +69,7 @@ class Holder:
                     exclude=names,
                     slot_target=self.slot_target,
                     prefix=hits.best if hits else None,
+                    adapter=selection.adapter,
                 )
                 if decision is not None:
                     outcome = "served"
@@ -130,52 +130,6 @@ class Holder:
 
 
 @dataclass
-class PodDispatch(BackendDispatch):
-    """One try on one pod (the :class:`sie_worker.http.relay.Dispatch` of the gateway)."""
-
-    fleet: Fleet
-    pod: PodState
-    decision: Decision
-    model: str | None
-    response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    _on_finish: Callable[[], None] | None = None
-
-    def __post_init__(self) -> None:
-        key = self.pod.key
-        self.response_headers = [
-            (b"x-sie-pool", key.pool.encode()),
-            (b"x-sie-bundle", key.bundle.encode()),
-            (b"x-sie-pod", self.pod.name.encode()),
-            (b"x-sie-pod-reason", self.decision.reason.encode()),
-        ]
-        metrics = self.fleet.metrics
-        metrics.decisions_of(key.pool, key.bundle, self.decision.reason).inc()
-        self.fleet.dispatched(self.pod, self.model, self.decision.reason)
-
-    @classmethod
-    def of(cls, fleet: Fleet, pod: PodState, decision: Decision, model: str | None) -> PodDispatch:
-        return cls(pod, pod.name, f"pod {pod.name}", fleet, pod, decision, model)
-
-    @property
-    def error_headers(self) -> Sequence[tuple[str, str]]:
-        return [(k.decode(), v.decode()) for k, v in self.response_headers[:3]]
-
-    def refused(self, reason: str) -> None:
-        self.fleet.mark_down(self.pod, reason)
-
-    def answered(self, status: int) -> None:
-        key = self.pod.key
-        self.fleet.metrics.requests_of(key.pool, key.bundle, str(status)).inc()
-
-    @property
-    def resume(self) -> bool:
-        return self.fleet.groups[self.pod.key].spec.resume
-
-    def finished(self, *, status: int | None) -> None:
-        self.fleet.finished(self.pod, self.model, served=status is not None and status < 400)
-
-
-@dataclass
 class PodChoice:
     """A try's pod, as :mod:`sie_worker.http.relay` asks for it: one of the pools the
     selection allows (:meth:`Holder.pick`, holding while none is ready), accounted as one
@@ -187,10 +141,10 @@ class PodChoice:
     gauges: GatewayMetrics
     served_by: PoolKey | None = None
 
-    async def __call__(self, exclude: frozenset[Hashable], hold: bool) -> PodDispatch:
+    async def __call__(self, exclude: frozenset[Hashable], hold: bool) -> PodAttempt:
         pod, decision = await self.holder.pick(self.selection, exclude, hold)
         self.served_by = pod.key
-        return PodDispatch.of(self.holder.fleet, pod, decision, self.model)
+        return self.holder.fleet.attempt(pod, decision, self.model)
 
     def observe(self, seconds: float) -> None:
         key = self.served_by or self.selection.groups[0]
@@ -204,10 +158,8 @@ class OnePod:
     fleet: Fleet
     pod: PodState
 
-    async def __call__(self, exclude: frozenset[Hashable], hold: bool) -> PodDispatch:
+    async def __call__(self, exclude: frozenset[Hashable], hold: bool) -> PodAttempt:
         pod = self.pod
         if pod.name in exclude:
             raise EngineUnavailable(f"pod {pod.name} ({pod.url}) is not answering")
-        return PodDispatch.of(
-            self.fleet, pod, Decision(pod.key, pod.name, "least_outstanding"), None
-        )
+        return self.fleet.attempt(pod, Decision(pod.key, pod.name, "least_outstanding"), None)

@@ -26,16 +26,16 @@ import httpx
 
 from sie_worker.backends.answers import poll_backend
 from sie_worker.backends.prefix import PrefixIndex
-from sie_worker.backends.table import Backend, poll_loop
+from sie_worker.backends.table import Attempt, Backend, poll_loop
 from sie_worker.gateway.metrics import GatewayMetrics
 from sie_worker.gateway.pod_poll import PodPoll, pod_poll
-from sie_worker.gateway.policy import GroupView
+from sie_worker.gateway.policy import Decision, GroupView
 from sie_worker.gateway.pools import PoolKey, PoolSpec
 from sie_worker.gateway.settings import GatewaySettings
 from sie_worker.http.poll import PollError
 from sie_worker.metric_children import Children
 
-__all__ = ["Endpoint", "Fleet", "Group", "PodPoll", "PodState"]
+__all__ = ["Endpoint", "Fleet", "Group", "PodAttempt", "PodPoll", "PodState"]
 
 logger = logging.getLogger("sie_worker.gateway")
 
@@ -62,6 +62,7 @@ class PodState(Backend):
     up: bool = False
     models: dict[str, str] = field(default_factory=dict)
     widths: dict[str, int] = field(default_factory=dict)
+    adapters: dict[str, frozenset[str]] = field(default_factory=dict)  # LoRA, served now
     free_run: int = 0
     # Devices of its widest slot: the pools file's slot_width until a poll counts them.
     slot_width: int = 1
@@ -99,6 +100,32 @@ class Group:
 
     def view(self) -> GroupView:
         return GroupView(self.spec.key, self.order, list(self.pods.values()))
+
+
+@dataclass(eq=False)
+class PodAttempt(Attempt):
+    """One try on one pod (:meth:`Fleet.attempt`): counted by decision reason, in the pool x
+    bundle's in-flight gauge and, once answered, by status."""
+
+    fleet: Fleet = field(kw_only=True)
+    pod: PodState = field(kw_only=True)
+    decision: Decision = field(kw_only=True)
+    model: str | None = field(kw_only=True)
+
+    def started(self) -> None:
+        key = self.pod.key
+        self.fleet.metrics.decisions_of(key.pool, key.bundle, self.decision.reason).inc()
+        self.fleet.dispatched(self.pod, self.model, self.decision.reason)
+
+    def answered(self, status: int) -> None:
+        self.status = status
+        key = self.pod.key
+        self.fleet.metrics.requests_of(key.pool, key.bundle, str(status)).inc()
+
+    def ended(self) -> None:
+        if self.refused is not None:
+            self.fleet.mark_down(self.pod, self.refused)
+        self.fleet.finished(self.pod, self.model, served=self.served)
 
 
 class Fleet:
@@ -244,6 +271,27 @@ class Fleet:
     def _lists_changed(self) -> None:
         self._listed_cache = None
 
+    def attempt(self, pod: PodState, decision: Decision, model: str | None) -> PodAttempt:
+        """One try of a request for ``model`` on ``pod``: ``async with`` it around the try."""
+        key = pod.key
+        headers = (
+            (b"x-sie-pool", key.pool.encode()),
+            (b"x-sie-bundle", key.bundle.encode()),
+            (b"x-sie-pod", pod.name.encode()),
+        )
+        return PodAttempt(
+            pod,
+            pod.name,
+            f"pod {pod.name}",
+            response_headers=(*headers, (b"x-sie-pod-reason", decision.reason.encode())),
+            error_headers=tuple((k.decode(), v.decode()) for k, v in headers),
+            resume=self.groups[key].spec.resume,
+            fleet=self,
+            pod=pod,
+            decision=decision,
+            model=model,
+        )
+
     def dispatched(self, pod: PodState, model: str | None, reason: str) -> None:
         loads = model is not None and pod.models.get(model) != "ready"
         pod.note_dispatch(model, self.clock(), loads=loads)
@@ -290,6 +338,7 @@ class Fleet:
             return  # an older poll finished late
         pod.models = dict(poll.models)
         pod.widths = dict(poll.widths)
+        pod.adapters = poll.adapters
         pod.free_run = poll.free_run
         pod.slot_width = poll.slot_width or pod.slot_width
         pod.slots = poll.slots or pod.slots

@@ -5,6 +5,7 @@
 - ``deadlines``: a request's timeouts, as data; ``relay``: relay one request to a backend
   a route picks (router and gateway); ``fan_out``: one call to several backends at once
 - ``request``: read a request's body and model; ``errors``: the one error renderer
-- ``auth``: bearer-token middleware; ``request_limits``: request head and body size limits
-- ``poll``, ``request_id``
+- ``front_door``: the app class every server uses: request ids, head and body size
+  limits and bearer auth before any route runs
+- ``poll``
 """

@@ -1,6 +1,6 @@
-"""The app shell every SIE app shares (the worker, the slot router, the gateway): request ids,
-request limits, bearer auth, one error rendering, and no redirects, around the app's own
-routes and lifespan."""
+"""The app shell every SIE app shares (the worker, the slot router, the gateway): request
+ids, request limits and bearer auth before any route (``front_door``), one error
+rendering, and no redirects, around the app's own routes and lifespan."""
 
 from __future__ import annotations
 
@@ -9,14 +9,9 @@ from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
-from sie_worker.http.auth import BearerAuth
-from sie_worker.http.errors import EXCEPTION_HANDLERS
-from sie_worker.http.request_id import RequestId
-from sie_worker.http.request_limits import RequestLimits
-from sie_worker.http.wire import WiredStarlette
+from sie_worker.http.front_door import FrontDoor
 
 __all__ = ["ShellSettings", "app_shell"]
 
@@ -39,15 +34,11 @@ def app_shell(
 ) -> Starlette:
     """An app over ``routes``: bodies over ``settings.max_body_bytes`` are refused, and with
     an ``api_key`` every request but the probes and metrics must bear it."""
-    app = WiredStarlette(
-        routes=list(routes),
-        middleware=[
-            Middleware(RequestId),
-            Middleware(RequestLimits, max_bytes=settings.max_body_bytes),
-            Middleware(BearerAuth, api_key=settings.api_key),
-        ],
-        exception_handlers=dict(EXCEPTION_HANDLERS),
+    app = FrontDoor(
+        list(routes),
         lifespan=lifespan,
+        max_bytes=settings.max_body_bytes,
+        api_key=settings.api_key,
     )
     # why: never answer with a redirect (sie-sdk follows none; a POST would not survive one)
     app.router.redirect_slashes = False

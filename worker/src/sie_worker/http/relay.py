@@ -12,11 +12,11 @@ the client is behind, so a slow client slows its stream instead of growing memor
 The client going away cancels the whole exchange (:class:`~sie_worker.http.splice.
 ClientWatch`: the upstream request is closed, so the engine stops working for nobody); the
 backend leaving rotation cancels the try alone (a :class:`~sie_worker.http.splice.
-TaskCancel` the app calls among the abort callbacks registered in
-:attr:`Dispatch.aborts`). A try that never reached the backend (its
-connection was refused, or was still being made when the backend left rotation) is routed
-again without that backend; one already written ends with ``engine_unavailable`` (before
-the answer's head), an SSE error event (mid stream) or an aborted connection (mid body).
+TaskCancel` the app calls among those registered in :attr:`Attempt.aborts`). A try that
+never reached the backend (its connection was refused, or was still being made when the
+backend left rotation) is routed again without that backend; one already written ends
+with ``engine_unavailable`` (before the answer's head), an SSE error event (mid stream) or
+an aborted connection (mid body).
 Backend answers, errors included, pass through unchanged, except that a stream the hop may
 resume (:mod:`sie_worker.http.resume`, with ``RelayLimits.resume_max``) goes on on another
 backend, routed without holding, when its backend fails after the answer's head.
@@ -28,7 +28,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -44,8 +44,8 @@ from sie_worker.http.upstream import Refused, open_stream, translate_errors
 from sie_worker.http.upstream_answer import UpstreamAnswer
 
 __all__ = [
+    "Attempt",
     "ChooseBackend",
-    "Dispatch",
     "Opener",
     "RelayLimits",
     "RelayResponse",
@@ -64,14 +64,13 @@ class Upstream:
     model: str | None  # the model the request is for, when it names one
 
 
-class Dispatch(Protocol):
-    """One try of a request on one backend, as the app that routed it accounts for it.
+class Attempt(Protocol):
+    """One try of a request on one backend (:class:`sie_worker.backends.table.Attempt`):
+    the relay enters it around the try (entering counts the try, leaving accounts for it),
+    calls :meth:`answered` with the status the client got from the backend and sets
+    ``refused`` when nothing listened."""
 
-    The route that returns it has already counted the try as started; the relay calls
-    :meth:`connected` once the connect phase is over (either way), :meth:`answered` with the
-    status the client got (relayed or the relay's own error), :meth:`refused` when nothing
-    listened, and :meth:`finished` exactly once at the end.
-    """
+    refused: str | None
 
     @property
     def key(self) -> Hashable:
@@ -90,7 +89,7 @@ class Dispatch(Protocol):
 
     @property
     def aborts(self) -> set[Callable[[], None]]:
-        """Where the relay registers the callback that cancels this try."""
+        """Where the relay registers what cancels this try."""
         ...
 
     @property
@@ -108,16 +107,15 @@ class Dispatch(Protocol):
         """Whether a stream this try relays may be resumed elsewhere (a pool's ``resume``)."""
         ...
 
-    def connected(self) -> None: ...
-    def refused(self, reason: str) -> None: ...
     def answered(self, status: int) -> None: ...
-    def finished(self, *, status: int | None) -> None: ...
+    async def __aenter__(self) -> Any: ...
+    async def __aexit__(self, kind: Any, error: Any, trace: Any) -> None: ...
 
 
 # Picks the backend of a try, given the ones already tried (raises a SieError to answer);
 # the flag says whether it may hold the request for a backend (False: a resumption, which
 # never waits with a broken stream).
-ChooseBackend = Callable[[frozenset[Hashable], bool], Awaitable[Dispatch]]
+ChooseBackend = Callable[[frozenset[Hashable], bool], Awaitable[Attempt]]
 Opener = Callable[..., Awaitable[UpstreamAnswer]]
 
 
@@ -136,8 +134,7 @@ class RelayLimits:
 
 @dataclass
 class _Outcome:
-    dispatch: Dispatch | None = None
-    status: int | None = None
+    attempt: Attempt | None = None
     started: bool = False
     sse: bool = False
     backend_down: bool = False
@@ -154,7 +151,8 @@ class RelayResponse(Response):
 
     ``route(exclude, hold)`` picks the backend (raising a :class:`SieError` to answer with
     it); ``on_done(seconds)`` observes the time from arrival to the end; ``opener`` opens the
-    backend connection (``upstream.open_stream``; injectable for tests).
+    backend connection (None: this module's ``open_stream``, looked up at each try so tests
+    can replace it).
     """
 
     def __init__(
@@ -164,7 +162,7 @@ class RelayResponse(Response):
         limits: RelayLimits,
         *,
         on_done: Callable[[float], None] | None = None,
-        opener: Opener = open_stream,
+        opener: Opener | None = None,
         arrived: float | None = None,
     ) -> None:
         super().__init__(status_code=200)
@@ -192,10 +190,10 @@ class RelayResponse(Response):
             self._on_done(time.monotonic() - self._arrived)
         if outcome.client_gone:
             return
-        dispatch = outcome.dispatch
-        if outcome.backend_down and outcome.error is None and dispatch is not None:
+        attempt = outcome.attempt
+        if outcome.backend_down and outcome.error is None and attempt is not None:
             outcome.error = EngineUnavailable(
-                f"{dispatch.name} stopped answering while serving this request"
+                f"{attempt.name} stopped answering while serving this request"
             )
         if outcome.refusal is not None and not outcome.started:
             # A backend's refusal that no other backend took over: relayed as it came.
@@ -211,10 +209,10 @@ class RelayResponse(Response):
             return
         if not outcome.started:
             response = error_response(outcome.error)
-            if dispatch is not None:
-                for name, value in dispatch.error_headers:
+            if attempt is not None:
+                for name, value in attempt.error_headers:
                     response.headers[name] = value
-                dispatch.answered(response.status_code)
+                attempt.answered(response.status_code)
             await response(scope, receive, send)
         elif outcome.sse:
             event = outcome.ending + sse_error_event(outcome.error)
@@ -229,26 +227,28 @@ class RelayResponse(Response):
         resumer = self._resumer
         while True:
             try:
-                dispatch = await self._route(frozenset(exclude), not outcome.started)
+                attempt = await self._route(frozenset(exclude), not outcome.started)
             except SieError as exc:
                 if not outcome.started:
                     outcome.error = exc
                 return  # a resumption found no backend: the stream ends as it broke off
             if resumer is not None:
-                resumer.resumed_on(dispatch.name)
-            if not await self._attempt(dispatch, scope, send, outcome):
-                if not self._resumed(dispatch, outcome):
+                resumer.resumed_on(attempt.name)
+            async with attempt:
+                unreached = await self._attempt(attempt, scope, send, outcome)
+            if not unreached:
+                if not self._resumed(attempt, outcome):
                     return
                 if resumer is not None and resumer.complete:
                     outcome.error, outcome.broken = None, None
                     await send({"type": "http.response.body", "body": DONE, "more_body": False})
                     return
-            exclude.add(dispatch.key)
+            exclude.add(attempt.key)
 
-    def _resumed(self, dispatch: Dispatch, outcome: _Outcome) -> bool:
+    def _resumed(self, attempt: Attempt, outcome: _Outcome) -> bool:
         """Whether the try that just failed goes on on another backend."""
         resumer = self._resumer
-        if resumer is None or outcome.client_gone or not dispatch.resume:
+        if resumer is None or outcome.client_gone or not attempt.resume:
             return False
         if outcome.backend_down:
             outcome.broken = "backend_down"
@@ -256,14 +256,12 @@ class RelayResponse(Response):
             # Before the head, only a stream may be sent again: the client has nothing yet.
             lost = outcome.started or resumer.streamed()
             outcome.broken = "connection_lost" if lost else None
-        return outcome.broken is not None and resumer.again(outcome.broken, dispatch.name)
+        return outcome.broken is not None and resumer.again(outcome.broken, attempt.name)
 
-    async def _attempt(
-        self, dispatch: Dispatch, scope: Scope, send: Send, outcome: _Outcome
-    ) -> bool:
+    async def _attempt(self, attempt: Attempt, scope: Scope, send: Send, outcome: _Outcome) -> bool:
         """One try on one backend; True when nothing reached it (route again): it refused
         the connection, or left rotation before the request was written."""
-        outcome.dispatch = dispatch
+        outcome.attempt = attempt
         # What a try before this one left (a resumption's) is this try's to set again.
         outcome.error, outcome.broken, outcome.backend_down, outcome.ending = None, None, False, b""
         # The backend leaving rotation cancels this try only, so the request can be routed
@@ -275,20 +273,20 @@ class RelayResponse(Response):
             nonlocal written
             written = True
 
-        dispatch.aborts.add(abort)
+        attempt.aborts.add(abort)
         response: UpstreamAnswer | None = None
         upstream, limits, resumer = self._upstream, self._limits, self._resumer
         body, headers = upstream.body, upstream.headers
         if resumer is not None and resumer.body is not None:
             body = resumer.body
-        if not dispatch.resume:
+        if not attempt.resume:
             headers = (*headers, (RESUME_HEADER, "off"))
         try:
             try:
                 try:
-                    with translate_errors(dispatch.name, dispatch.url):
-                        response = await self._opener(
-                            dispatch.url + upstream.target,
+                    with translate_errors(attempt.name, attempt.url):
+                        response = await (self._opener or open_stream)(
+                            attempt.url + upstream.target,
                             body,
                             headers,
                             method=upstream.method,
@@ -300,11 +298,9 @@ class RelayResponse(Response):
                         )
                 except Refused as exc:
                     abort.disarm()
-                    dispatch.refused(str(exc))
+                    attempt.refused = str(exc)
                     return True
-                finally:
-                    dispatch.connected()
-                await self._pass_on(response, dispatch, scope, send, outcome)
+                await self._pass_on(response, attempt, scope, send, outcome)
             except asyncio.CancelledError:
                 if not abort.caught():
                     raise
@@ -315,16 +311,15 @@ class RelayResponse(Response):
             outcome.error = exc
         finally:
             abort.disarm()
-            dispatch.aborts.discard(abort)
+            attempt.aborts.discard(abort)
             if response is not None:
                 response.close()
-            dispatch.finished(status=outcome.status)
         return False
 
     async def _pass_on(
         self,
         response: UpstreamAnswer,
-        dispatch: Dispatch,
+        attempt: Attempt,
         scope: Scope,
         send: Send,
         outcome: _Outcome,
@@ -332,43 +327,41 @@ class RelayResponse(Response):
         """Relay the backend's answer, head then body, to the client as it arrives."""
         content_type = next((v for k, v in response.headers if k == "content-type"), "")
         sse = content_type.startswith("text/event-stream")
-        resumer = self._resumer if dispatch.resume else None
+        resumer = self._resumer if attempt.resume else None
         if resumer is not None and (outcome.started or not (response.status == 200 and sse)):
             reason = refusal_reason(response.status, response.headers)
             if outcome.started or (reason is not None and resumer.streamed()):
                 # A continuation's head is not the client's; nor is a refusal to resend.
-                outcome.status = response.status
-                dispatch.answered(response.status)
+                attempt.answered(response.status)
                 if response.status != 200 or not sse:
                     outcome.broken = reason or "refused"
                     if not outcome.started:  # the client's answer if it is not sent again
-                        with translate_errors(dispatch.name, dispatch.url):
+                        with translate_errors(attempt.name, attempt.url):
                             body = await response.read_all(self._limits.high_water)
-                        outcome.refusal = (response.status, _head(response, dispatch), body)
+                        outcome.refusal = (response.status, _head(response, attempt), body)
                     raise EngineUnavailable(
-                        f"{dispatch.name} answered {response.status} "
+                        f"{attempt.name} answered {response.status} "
                         f"({content_type or 'no content type'}) instead of a stream"
                     )
-                await self._body(response, dispatch, scope, send, outcome, resumer)
+                await self._body(response, attempt, scope, send, outcome, resumer)
                 return
             resumer = None
-        outcome.status = response.status
         outcome.sse = sse
-        head = _head(response, dispatch)
+        head = _head(response, attempt)
+        attempt.answered(response.status)
         await send({"type": "http.response.start", "status": response.status, "headers": head})
         outcome.started = True
-        dispatch.answered(response.status)
         if resumer is not None:
-            await self._body(response, dispatch, scope, send, outcome, resumer)
+            await self._body(response, attempt, scope, send, outcome, resumer)
             return
-        with translate_errors(dispatch.name, dispatch.url):
+        with translate_errors(attempt.name, attempt.url):
             rest = await relay_body(response, scope, send)
         await send({"type": "http.response.body", "body": rest, "more_body": False})
 
     async def _body(
         self,
         response: UpstreamAnswer,
-        dispatch: Dispatch,
+        attempt: Attempt,
         scope: Scope,
         send: Send,
         outcome: _Outcome,
@@ -378,7 +371,7 @@ class RelayResponse(Response):
         leaves the end of the client's body to :meth:`__call__` (or to its resumption)."""
         memory = resumer.memory
         memory.stop = response.close
-        with translate_errors(dispatch.name, dispatch.url):
+        with translate_errors(attempt.name, attempt.url):
             rest = await relay_body(response, scope, send, memory.feed)
         if memory.done:
             await send({"type": "http.response.body", "body": rest, "more_body": False})
@@ -389,9 +382,9 @@ class RelayResponse(Response):
         outcome.ending = memory.withheld or memory.end()
 
 
-def _head(response: UpstreamAnswer, dispatch: Dispatch) -> list[tuple[bytes, bytes]]:
+def _head(response: UpstreamAnswer, attempt: Attempt) -> list[tuple[bytes, bytes]]:
     """The head of a backend's answer as the client gets it."""
     relayed = relayed_headers(response.headers)
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in relayed] + [
-        *dispatch.response_headers
+        *attempt.response_headers
     ]

@@ -1,6 +1,6 @@
 """The one reader of an OpenAI request body, for the worker, the slot router and the gateway:
 a JSON object naming its ``model``, else 400 ``invalid_request`` with one message (the
-body's size limit is :mod:`sie_worker.http.request_limits`')."""
+body's size limit is :mod:`sie_worker.http.front_door`')."""
 
 from __future__ import annotations
 

@@ -54,6 +54,10 @@ def cycle_class() -> type[Any] | None:
 
 
 _CYCLE = cycle_class()
+# What the app class keeps in the scope, and the cycle's class, for the app class every
+# server uses (sie_worker.http.front_door.FrontDoor), which records the cycle itself.
+CYCLE_KEY = _SCOPE_KEY
+CYCLE = _CYCLE
 
 
 class BodyRewritingMiddleware(TypeError):

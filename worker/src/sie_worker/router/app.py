@@ -26,7 +26,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sie_worker.backends.hop import OwnCalls
-from sie_worker.backends.routed import model_action, read_routed
+from sie_worker.backends.model_calls import model_call
+from sie_worker.backends.routed import RoutedRequest, read_routed
 from sie_worker.errors import (
     UnknownModel,
 )
@@ -74,7 +75,7 @@ def create_router_app(
         Route("/metrics", router.metrics, methods=["GET"]),
         Route("/v1/models", router.list_models, methods=["GET"]),
         Route("/v1/devices", router.list_devices, methods=["GET"]),
-        Route("/v1/models/{rest:path}", router.model_call, methods=["GET", "POST"]),
+        Route("/v1/models/{rest:path}", partial(model_call, router), methods=["GET", "POST"]),
         *[Route(p, router.inference, methods=["POST"]) for p in _SIE_PATHS],
         Route("/v1/configs", router.configs, methods=["GET"]),
         Route("/v1/configs/{rest:path}", router.configs, methods=["GET", "PUT", "DELETE"]),
@@ -145,28 +146,36 @@ class _Router:
 
     # -- model calls ---------------------------------------------------------------------
 
-    async def model_call(self, request: Request) -> Response:
-        rest: str = request.path_params["rest"]
-        if request.method == "GET":
-            return await self._get_model(rest, request)
-        named = named_slot(request, self.settings.slot_count)
-        if named is None:
-            await self._first_poll()  # the ids the slots serve, to resolve the model
-        model, action = model_action(rest, self.table.known_models())
-        # Only calls that bring the model in are recorded as a load on their slot.
-        loads = action in ("load", "pin")
-        upstream = await self._upstream(request, model=model if loads else None)
-        if named is not None:
-            return self._relay(upstream, NamedSlot(self.table, named))
-        if action != "load":
-            holders = self._holders(model, pinned_only=action == "unpin")
-            if holders:
-                return await self.calls.fan_out(upstream, self._targets(holders), SLOT_HEADER)
-            if action != "pin":
-                return self._relay(upstream, AnySlot(self.table))
-        return self._relay(upstream, ByPolicy(self.table, model))
+    # Plugged into backends.model_calls.model_call (ModelCallHop).
+    holder_header = SLOT_HEADER
 
-    async def _get_model(self, model: str, request: Request) -> Response:
+    def request_target(self, request: Request) -> str:
+        return request_target(request)
+
+    async def model_ids(self, request: Request) -> set[str]:
+        if named_slot(request, self.settings.slot_count) is None:
+            await self._first_poll()  # the ids the slots serve, to resolve the model
+        return self.table.known_models()
+
+    async def send_model_call(
+        self, call: RoutedRequest, action: str, request: Request
+    ) -> Response | None:
+        named = named_slot(request, self.settings.slot_count)
+        if named is not None:
+            return self._relay(call, NamedSlot(self.table, named))
+        if action == "load":
+            return self._relay(call, ByPolicy(self.table, call.model or ""))
+        return None
+
+    def model_holders(self, model: str, action: str, request: Request) -> list[Target]:
+        return self._targets(self._holders(model, pinned_only=action == "unpin"))
+
+    def none_holds(self, model: str, action: str, call: RoutedRequest) -> Response:
+        if action == "pin":  # brought in where a request for it would go, then pinned
+            return self._relay(call, ByPolicy(self.table, model))
+        return self._relay(call, AnySlot(self.table))
+
+    async def model_detail(self, model: str, request: Request) -> Response:
         answers = await self._answers_by_slot("/v1/models", request)
         entries = {e["id"]: e for e in merge_models(answers)}
         model_id = resolve_model_id(model, entries)
@@ -195,7 +204,8 @@ class _Router:
         )
         if named is not None:
             return self._relay(routed, NamedSlot(self.table, named))
-        return self._relay(routed, ByPolicy(self.table, routed.model or "", routed.prefix))
+        pick = ByPolicy(self.table, routed.model or "", routed.prefix, routed.adapter)
+        return self._relay(routed, pick)
 
     async def configs(self, request: Request) -> Response:
         named = named_slot(request, self.settings.slot_count)
@@ -246,7 +256,7 @@ class _Router:
             metrics.queued.dec()
 
     async def _upstream(self, request: Request, *, model: str | None) -> Upstream:
-        body = await request.body()  # its size limit: RequestLimits
+        body = await request.body()  # its size limit: FrontDoor
         return Upstream(
             method=request.method,
             target=request_target(request),

@@ -34,6 +34,7 @@ class ByPolicy:
     table: SlotTable
     model: str
     prefix: tuple[int, ...] = ()
+    adapter: str | None = None  # the LoRA adapter it names (its slots first)
 
     async def __call__(self, exclude: frozenset[int], hold: bool) -> Decision:
         table = self.table
@@ -41,7 +42,9 @@ class ByPolicy:
         queued = False
         try:
             while True:
-                decision = table.decide(self.model, exclude=exclude, prefix=self.prefix)
+                decision = table.decide(
+                    self.model, exclude=exclude, prefix=self.prefix, adapter=self.adapter
+                )
                 if decision is None:
                     raise no_slot(table)
                 if decision.reason != "wait":

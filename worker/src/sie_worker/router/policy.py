@@ -31,8 +31,17 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from sie_worker.backends.bound import load_cap, within_bound
+from sie_worker.backends.lora_affinity import adapter_miss
 from sie_worker.backends.prefix import PrefixPick
 from sie_worker.model_states import ModelState
+from sie_worker.router.tiers import (
+    TIERS,
+    evictable,
+    free_run,
+    idle_key,
+    shared_device,
+    slot_idle_key,
+)
 
 __all__ = [
     "REASONS",
@@ -79,6 +88,7 @@ class ModelView:
     last_used: float | None = None  # unix seconds; None when the worker does not say
     inflight: int = 0  # requests on this model now (worker's or router's count, the larger)
     memory_bytes: int | None = None  # what it reserves on each device, as the worker says
+    adapters: frozenset[str] = frozenset()  # its LoRA adapters the worker serves now
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,10 @@ class SlotView:
         view = self.models.get(model)
         return view.state if view is not None else "unloaded"
 
+    def adapters_of(self, model: str) -> frozenset[str]:
+        view = self.models.get(model)
+        return view.adapters if view is not None else frozenset()
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -106,24 +120,28 @@ class Decision:
 
 
 def choose_slot(
-    model: str, slots: Sequence[SlotView], *, exclude: Collection[int] = ()
+    model: str,
+    slots: Sequence[SlotView],
+    adapter: str | None = None,
+    *,
+    exclude: Collection[int] = (),
 ) -> Decision | None:
-    """Pick the slot for a request naming ``model``; None when no slot answers."""
+    """Pick the slot for a request naming ``model`` (and LoRA ``adapter``); None when no
+    slot answers. Filter (answering, not excluded), score (the first tier of
+    :data:`~sie_worker.router.tiers.TIERS` some slot is in), pick (least outstanding, the
+    adapter's slots first; for ``evict_lru`` the idlest victim)."""
     candidates = [s for s in slots if s.up and s.index not in exclude]
     if not candidates:
         return None
-    for state in ("ready", "loading"):
-        holding = [s for s in candidates if s.state_of(model) == state]
-        if holding:
-            return Decision(_least_outstanding(holding), state)
-    fits = [s for s in candidates if _fits_now(model, s)]
-    if fits:
-        return Decision(_least_outstanding(fits), "free_device")
-    evictable = [(key, s) for s in candidates if (key := _slot_idle_key(s)) is not None]
-    if evictable:
-        best = min(evictable, key=lambda pair: (pair[0], pair[1].outstanding, pair[1].index))
-        return Decision(best[1].index, "evict_lru")
-    fallback = _least_outstanding(candidates)
+    for tier, holds in TIERS:
+        best = [s for s in candidates if holds(model, s)]
+        if not best:
+            continue
+        if tier == "evict_lru":
+            victim = min(best, key=lambda s: (slot_idle_key(s), s.outstanding, s.index))
+            return Decision(victim.index, tier)
+        return Decision(_least_outstanding(best, model, adapter), tier)
+    fallback = _least_outstanding(candidates, model, None)
     if any(v.state == "loading" for s in candidates for v in s.models.values()):
         return Decision(fallback, "wait")
     return Decision(fallback, "least_outstanding")
@@ -159,7 +177,7 @@ def record_dispatch(slot: SlotView, model: str) -> SlotView:
     view = slot.models.get(model)
     if view is None or view.state in ("ready", "loading"):
         return slot
-    shared = _shared_device(view, slot)
+    shared = shared_device(view, slot)
     if shared is not None:
         # Beside what is there (the worker shares a device among width-1 models whose
         # memory fits): nothing is evicted, the device has that much less left.
@@ -171,8 +189,8 @@ def record_dispatch(slot: SlotView, model: str) -> SlotView:
     models = dict(slot.models)
     devices = list(slot.devices)
     victims = sorted(
-        (m for m, v in models.items() if _evictable(v) and m != model),
-        key=lambda m: (_idle_key(models[m]), m),
+        (m for m, v in models.items() if evictable(v) and m != model),
+        key=lambda m: (idle_key(models[m]), m),
     )
     while free_run(devices) < view.width and victims:
         victim = victims.pop(0)
@@ -197,15 +215,6 @@ def record_served(slot: SlotView, model: str) -> SlotView:
     return replace(slot, models={**slot.models, model: replace(view, state="ready")})
 
 
-def free_run(devices: Iterable[tuple[str, str | None]]) -> int:
-    """Length of the longest contiguous run of free devices."""
-    longest = current = 0
-    for _, held in devices:
-        current = current + 1 if held is None else 0
-        longest = max(longest, current)
-    return longest
-
-
 def _run_start(devices: Sequence[tuple[str, str | None]], width: int) -> int | None:
     current = 0
     for i, (_, held) in enumerate(devices):
@@ -215,47 +224,10 @@ def _run_start(devices: Sequence[tuple[str, str | None]], width: int) -> int | N
     return None
 
 
-def _least_outstanding(slots: Iterable[SlotView]) -> int:
-    return min(slots, key=lambda s: (s.outstanding, s.index)).index
-
-
-def _width(model: str, slot: SlotView) -> int:
-    view = slot.models.get(model)
-    return view.width if view is not None else 1
-
-
-def _fits_now(model: str, slot: SlotView) -> bool:
-    """A run of free devices as wide as the model, or, for a width-1 model whose memory the
-    worker reports, a device with that much memory left (the worker's sharing rule)."""
-    if free_run(slot.devices) >= _width(model, slot):
-        return True
-    view = slot.models.get(model)
-    return view is not None and _shared_device(view, slot) is not None
-
-
-def _shared_device(view: ModelView, slot: SlotView) -> int | None:
-    """The first device a width-1 model fits on beside what is there (by reported memory)."""
-    if view.width != 1 or view.memory_bytes is None:
-        return None
-    for i, room in enumerate(slot.room):
-        if room is not None and room >= view.memory_bytes:
-            return i
-    return None
-
-
-def _evictable(view: ModelView) -> bool:
-    return view.state == "ready" and not view.pinned
-
-
-def _idle_key(view: ModelView) -> tuple[int, float]:
-    """Sorts idle-longest first: known idle models by last use, then unknown, then busy."""
-    if view.inflight > 0:
-        return (2, 0.0)
-    if view.last_used is None:
-        return (1, 0.0)
-    return (0, view.last_used)
-
-
-def _slot_idle_key(slot: SlotView) -> tuple[int, float] | None:
-    keys = [_idle_key(v) for v in slot.models.values() if _evictable(v)]
-    return min(keys) if keys else None
+def _least_outstanding(slots: Iterable[SlotView], model: str, adapter: str | None) -> int:
+    """The least outstanding slot, those that serve ``adapter`` now first."""
+    if adapter is None:
+        return min(slots, key=lambda s: (s.outstanding, s.index)).index
+    return min(
+        slots, key=lambda s: (adapter_miss(s.adapters_of(model), adapter), s.outstanding, s.index)
+    ).index

@@ -19,13 +19,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import httpx
 
 from sie_worker.backends.answers import BackendPoll, poll_backend
 from sie_worker.backends.prefix import PrefixIndex
-from sie_worker.backends.table import Backend, poll_loop
+from sie_worker.backends.table import Attempt, Backend, poll_loop
 from sie_worker.http.connections import Connections
 from sie_worker.http.poll import PollError
 from sie_worker.model_states import MODEL_STATES
@@ -41,11 +41,12 @@ from sie_worker.router.policy import (
 )
 from sie_worker.router.settings import RouterSettings
 
-__all__ = ["RoutingPolicy", "SlotState", "SlotTable", "slot_view_parts"]
+__all__ = ["RoutingPolicy", "SlotAttempt", "SlotState", "SlotTable", "slot_view_parts"]
 
 logger = logging.getLogger("sie_worker.router")
 
-RoutingPolicy = Callable[[str, Sequence[SlotView]], Decision | None]
+# The decision for a model (and the LoRA adapter it names) over the slots' views.
+RoutingPolicy = Callable[[str, Sequence[SlotView], str | None], Decision | None]
 
 
 @dataclass(eq=False)
@@ -76,6 +77,45 @@ class SlotState(Backend):
         }
         models = {**polled, **raised} if raised else polled
         return replace(base, up=self.up, outstanding=self.outstanding, models=models)
+
+
+@dataclass(eq=False)
+class SlotAttempt(Attempt):
+    """One try on one slot (:meth:`SlotTable.attempt`): counted by decision reason and in
+    the slot's in-flight gauge; a request for a model that is not ready yet waits for it,
+    counted in ``sie_router_queued_requests`` until its answer's head (or its end)."""
+
+    table: SlotTable = field(kw_only=True)
+    decision: Decision = field(kw_only=True)
+    model: str | None = field(kw_only=True)
+    queued: bool = False
+    loads: bool = False  # the slot's worker loads the model for it (or may: not ready)
+
+    def started(self) -> None:
+        table, decision = self.table, self.decision
+        table.metrics.decisions_of(decision.reason).inc()
+        self.loads = table.loads(decision.slot, self.model, decision.reason)
+        table.dispatched(decision.slot, self.model, decision.reason)
+        if self.model is not None and self.loads:
+            self.queued = True
+            table.metrics.queued.inc()
+
+    def answered(self, status: int) -> None:
+        self.status = status
+        self._dequeue()
+        self.table.metrics.requests_of(self.decision.slot, status).inc()
+
+    def ended(self) -> None:
+        table, slot = self.table, self.decision.slot
+        self._dequeue()
+        if self.refused is not None:
+            table.mark_down(slot, self.refused)
+        table.finished(slot, self.model, changed=self.loads, served=self.served)
+
+    def _dequeue(self) -> None:
+        if self.queued:
+            self.queued = False
+            self.table.metrics.queued.dec()
 
 
 class SlotTable:
@@ -124,16 +164,22 @@ class SlotTable:
         return known
 
     def decide(
-        self, model: str, *, exclude: frozenset[int] = frozenset(), prefix: tuple[int, ...] = ()
+        self,
+        model: str,
+        *,
+        exclude: frozenset[int] = frozenset(),
+        prefix: tuple[int, ...] = (),
+        adapter: str | None = None,
     ) -> Decision | None:
-        """Where a request for ``model`` goes; ``prefix``: its prompt's block hashes."""
+        """Where a request for ``model`` (and LoRA ``adapter``) goes; ``prefix``: its
+        prompt's block hashes."""
         views = [v for v in self.views() if v.index not in exclude]
         if prefix:
             hits = self.prefixes.hits(prefix)
             decision = choose_by_prefix(model, views, hits.best) if hits else None
             if decision is not None:
                 return decision
-        return self.policy(model, views)
+        return self.policy(model, views, adapter)
 
     def sent(self, slot: int, prefix: tuple[int, ...]) -> None:
         """The request of ``prefix`` went to ``slot``: its worker holds those blocks now."""
@@ -142,9 +188,41 @@ class SlotTable:
     def any_ready(self) -> bool:
         return any(s.up and s.ready for s in self.slots)
 
+    def attempt(self, decision: Decision, model: str | None) -> SlotAttempt:
+        """One try of a request for ``model`` on the slot ``decision`` chose: ``async with``
+        it around the try."""
+        slot = decision.slot
+        headers = (
+            (b"x-sie-slot", str(slot).encode()),
+            (b"x-sie-route-reason", decision.reason.encode()),
+        )
+        return SlotAttempt(
+            self.slots[slot],
+            slot,
+            f"slot {slot}",
+            response_headers=headers,
+            error_headers=(("x-sie-slot", str(slot)),),
+            table=self,
+            decision=decision,
+            model=model,
+        )
+
+    def loads(self, slot: int, model: str | None, decision_reason: str) -> bool:
+        """Whether a request for ``model`` sent to ``slot`` for ``decision_reason`` may make
+        its worker load the model: not when it was sent there for being ready, nor for a
+        cached prefix where the last poll shows it ready (such a request changes nothing a
+        poll would show: it is not recorded as a load, and its end polls nothing)."""
+        if model is None or decision_reason == "ready":
+            return False
+        if decision_reason == "prefix":
+            polled = self.slots[slot].polled
+            entry = polled.models.get(model) if polled is not None else None
+            return entry is None or entry.state != "ready"
+        return True
+
     def dispatched(self, slot: int, model: str | None, decision_reason: str) -> None:
         state = self.slots[slot]
-        state.note_dispatch(model, self.clock(), loads=decision_reason != "ready")
+        state.note_dispatch(model, self.clock(), loads=self.loads(slot, model, decision_reason))
         self.metrics.inflight_of[slot].set(state.outstanding)
 
     def finished(self, slot: int, model: str | None, *, changed: bool, served: bool) -> None:
@@ -255,6 +333,7 @@ def slot_view_parts(
             last_used=e.last_used,
             inflight=e.inflight,
             memory_bytes=e.memory_bytes,
+            adapters=e.adapters,
         )
         for name, e in answer.models.items()
     }

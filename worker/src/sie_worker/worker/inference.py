@@ -33,8 +33,8 @@ from sie_worker.config.runtime import is_grammar_constrained
 from sie_worker.engines.family import EngineFamily
 from sie_worker.engines.registry import family_of
 from sie_worker.errors import InvalidConfig, InvalidRequest, ModelLoading, Problem, UnknownModel
+from sie_worker.http.front_door import REQUEST_ID_HEADER
 from sie_worker.http.request import read_payload
-from sie_worker.http.request_id import REQUEST_ID_HEADER
 from sie_worker.settings import Settings
 from sie_worker.sie_api.call import EngineCall
 from sie_worker.sie_api.codec import decode_body, wants_json
