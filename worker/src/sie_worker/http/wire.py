@@ -107,12 +107,13 @@ class Wire:
     Bytes for a client that has gone are dropped.
     """
 
-    __slots__ = ("_cycle", "_flow", "_transport", "write")
+    __slots__ = ("_cycle", "_flow", "_transport", "chunked", "write")
 
     def __init__(self, cycle: Any) -> None:
         self._cycle = cycle
         self._transport: asyncio.Transport = cycle.transport
         self._flow = cycle.flow
+        self.chunked = bool(cycle.chunked_encoding)
         self.write: Callable[[bytes], bool] = (
             self._chunk if cycle.chunked_encoding else self._counted
         )
@@ -133,6 +134,33 @@ class Wire:
         cycle.expected_content_length = left - len(data)
         self._transport.write(data)
         return bool(self._flow.write_paused)
+
+    @property
+    def left(self) -> int:
+        """Body bytes the client was promised and has not been written (a length's)."""
+        return int(self._cycle.expected_content_length)
+
+    def count(self, n: int) -> None:
+        """``n`` bytes of a body with a length were written around the transport."""
+        self._cycle.expected_content_length -= n
+
+    @property
+    def transport(self) -> asyncio.Transport:
+        return self._transport
+
+    async def empty(self) -> None:
+        """Return once the transport holds nothing unsent (or the client has gone): its
+        flow control pauses, for the while, at any byte held, and resumes at none."""
+        transport = self._transport
+        if not transport.get_write_buffer_size() or self.gone:
+            return
+        low, high = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            await self.drain()
+        finally:
+            if not transport.is_closing():
+                transport.set_write_buffer_limits(high=high, low=low)
 
     @property
     def gone(self) -> bool:

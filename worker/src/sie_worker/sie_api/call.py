@@ -16,7 +16,7 @@ __all__ = ["Answer", "Decode", "EngineCall", "EventTranslator", "Events", "check
 # The client's response for the engine's 200 JSON answer (decoded) from the served model.
 Answer = Callable[[Any, str], Response]
 # The engine's 200 JSON answer, bytes to what ``Answer`` takes (ValueError: not JSON).
-Decode = Callable[[bytes], Any]
+Decode = Callable[[bytes | bytearray], Any]
 # Turns a batch of whole SSE events from the engine into the events the client gets.
 EventTranslator = Callable[[bytes], bytes]
 # A new translator for one stream from the served model (it keeps the stream's state).

@@ -36,7 +36,7 @@ _EMBEDDING = b'"embedding":"'
 _HELD = "\x00held:"
 
 
-def read_embeddings(content: bytes) -> Any:
+def read_embeddings(content: bytes | bytearray) -> Any:
     """``content`` (an OpenAI embeddings answer) as ``json.loads`` reads it, except that
     each base64 ``"embedding"`` string is a memoryview of its bytes in ``content``: the
     strings are cut out by their quotes (base64 holds neither a quote nor a backslash) and

@@ -61,6 +61,7 @@ from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
 from sie_worker.http.splice import relay_stream
 from sie_worker.http.transport import MAX_ANSWER_BYTES
 from sie_worker.http.upstream import open_stream
+from sie_worker.http.zero_copy import read_body
 from sie_worker.sie_api.call import Answer, Decode, Events, EventTranslator
 from sie_worker.worker.engine_errors import engine_error
 from sie_worker.worker.events import MAX_EVENT_BYTES, EventCheck, ends_with_done
@@ -236,7 +237,10 @@ async def _forward_json(
                 connections=lease.connections,
             )
             try:
-                content = await upstream.read_all(MAX_ANSWER_BYTES + 1)
+                # A large one into one buffer, around the parser (zero_copy).
+                content: bytes | bytearray | None = await read_body(upstream, MAX_ANSWER_BYTES)
+                if content is None:
+                    content = await upstream.read_all(MAX_ANSWER_BYTES + 1)
             finally:
                 upstream.close()
             if len(content) > MAX_ANSWER_BYTES:
@@ -308,7 +312,7 @@ class _EngineStream:
 def _reply(
     lease: Lease,
     status: int,
-    content: bytes,
+    content: bytes | bytearray,
     headers: dict[str, str],
     reader: tuple[Answer, Decode] | None = None,
 ) -> Response:
@@ -351,18 +355,20 @@ def _failure(lease: Lease, deadlines: Deadlines, exc: Exception) -> SieError:
 def _json_reply(
     lease: Lease,
     status: int,
-    content: bytes,
+    content: bytes | bytearray,
     headers: dict[str, str],
     reader: tuple[Answer, Decode] | None,
 ) -> Response:
     if status >= 400:
-        raise engine_error(lease.model, status, content)
+        raise engine_error(lease.model, status, bytes(content))
     if reader is None:
         # Relayed as bytes, never parsed: only its ends are looked at, so that an answer
         # cut short, or an event stream where a JSON document belongs, is a clean 502.
         if not _framed_as_json(content):
             raise _not_json(lease, status)
-        return Response(content, status_code=status, media_type="application/json", headers=headers)
+        return Response(
+            memoryview(content), status_code=status, media_type="application/json", headers=headers
+        )
     answer, decode = reader
     try:
         payload: Any = decode(content)
@@ -373,7 +379,7 @@ def _json_reply(
     return response
 
 
-def _framed_as_json(content: bytes) -> bool:
+def _framed_as_json(content: bytes | bytearray) -> bool:
     """Whether ``content`` begins and ends as a JSON object or array does."""
     first, last = content[:64].lstrip()[:1], content[-64:].rstrip()[-1:]
     return (first, last) in ((b"{", b"}"), (b"[", b"]"))
