@@ -133,10 +133,8 @@ def _base64_us(inputs: int, dims: int, rounds: int = 200) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--bytes", type=int, default=1_150_000)
-    parser.add_argument("--answers", type=int, default=300)
-    parser.add_argument("--inputs", type=int, default=16)
-    parser.add_argument("--dims", type=int, default=3584)
+    for option, default in (("bytes", 1_150_000), ("answers", 300), ("inputs", 16), ("dims", 3584)):
+        parser.add_argument(f"--{option}", type=int, default=default)
     args = parser.parse_args(argv)
     rows = [
         ("event loop relay", _relayed(_loop_relay, args.bytes, args.answers)),

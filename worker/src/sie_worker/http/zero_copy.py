@@ -78,12 +78,10 @@ async def splice_rest(upstream: UpstreamAnswer, wire: Wire) -> bool | None:
                 moved = os.splice(source, write, min(left, _PIPE_BYTES), flags=_FLAGS)
             except BlockingIOError:
                 upstream.read_around(0)  # the upstream is awaited: the read timeout runs
-                await _ready(loop.add_reader, loop.remove_reader, source, upstream)
-                if upstream.error is not None:
-                    raise upstream.error from None
+                await _readable(source, upstream)
                 continue
             if moved == 0:
-                raise httpx.ReadError("the engine closed the connection mid-response")
+                raise _cut_short()
             left -= moved
             upstream.read_around(moved, complete=not left, client=True)
             while moved:
@@ -128,7 +126,6 @@ async def read_body(upstream: UpstreamAnswer, limit: int) -> bytearray | None:
     view = memoryview(buffer)
     view[: len(first)] = first
     at = len(first)
-    loop = asyncio.get_running_loop()
     source = -1
     try:
         source = _socket_fd(transport)
@@ -136,12 +133,10 @@ async def read_body(upstream: UpstreamAnswer, limit: int) -> bytearray | None:
             try:
                 got = os.readv(source, [view[at:]])
             except BlockingIOError:
-                await _ready(loop.add_reader, loop.remove_reader, source, upstream)
-                if upstream.error is not None:
-                    raise upstream.error from None
+                await _readable(source, upstream)
                 continue
             if got == 0:
-                raise httpx.ReadError("the engine closed the connection mid-response")
+                raise _cut_short()
             at += got
             upstream.read_around(got, complete=at == length)
     except BaseException:
@@ -162,6 +157,20 @@ def _pipe() -> tuple[int, int]:
     with contextlib.suppress(OSError):
         fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
     return read, write
+
+
+async def _readable(source: int, upstream: UpstreamAnswer) -> None:
+    """Return once ``source`` has bytes; raise the upstream's failure if it failed meanwhile."""
+    loop = asyncio.get_running_loop()
+    await _ready(loop.add_reader, loop.remove_reader, source, upstream)
+    if upstream.error is not None:
+        raise upstream.error from None
+
+
+def _cut_short() -> httpx.ReadError:
+    """The failure of a body whose connection closed before its length was met (as the
+    parser fails it)."""
+    return httpx.ReadError("the engine closed the connection mid-response")
 
 
 def _socket_fd(transport: asyncio.BaseTransport) -> int:
