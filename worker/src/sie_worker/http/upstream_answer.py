@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import httptools
 import httpx
@@ -86,7 +86,7 @@ class UpstreamAnswer(asyncio.Protocol):
         self._draining: asyncio.TimerHandle | None = None
         self._interim = False  # reading an interim (1xx) answer, which is not the one
         self.body_read = 0  # body bytes read, parsed or spliced (:mod:`.zero_copy`)
-        self.waiter: asyncio.Future[None] | None = None  # set when the answer fails
+        self.waiter: asyncio.Future[Any] | None = None  # set (None) when the answer fails
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import fcntl
 import os
-from collections.abc import Callable
 
 import httpx
 
@@ -64,47 +63,24 @@ async def splice_rest(upstream: UpstreamAnswer, wire: Wire) -> bool | None:
     if wire.gone:
         upstream.close()
         return False
-    loop = asyncio.get_running_loop()
     fds: list[int] = []
     pipe: tuple[int, int] | None = None
     try:
-        read, write = pipe = _pipe()
-        source = _socket_fd(transport)
-        fds.append(source)
-        sink = _socket_fd(wire.transport)
-        fds.append(sink)
-        while left:
-            try:
-                moved = os.splice(source, write, min(left, _PIPE_BYTES), flags=_FLAGS)
-            except BlockingIOError:
-                upstream.read_around(0)  # the upstream is awaited: the read timeout runs
-                await _readable(source, upstream)
-                continue
-            if moved == 0:
-                raise _cut_short()
-            left -= moved
-            upstream.read_around(moved, complete=not left, client=True)
-            while moved:
-                try:
-                    sent = os.splice(read, sink, moved, flags=_FLAGS)
-                except BlockingIOError:
-                    await _ready(loop.add_writer, loop.remove_writer, sink, upstream)
-                    continue
-                except OSError:  # the client reset or closed: nobody to relay to
-                    upstream.close()
-                    return False
-                moved -= sent
-                wire.count(sent)
-        if len(_PIPES) < _KEEP_PIPES:  # empty: the next body may take it
+        pipe = _pipe()
+        fds += (_socket_fd(transport), _socket_fd(wire.transport))
+        whole = await _Splice(upstream, wire, fds[0], fds[1], pipe, left).moved()
+        if whole and len(_PIPES) < _KEEP_PIPES:  # empty: the next body may take it
             _PIPES.append(pipe)
             pipe = None
+        if not whole:
+            upstream.close()  # the client reset or closed: nobody to relay to
+        return whole
     except BaseException:
         upstream.close()
         raise
     finally:
         for fd in fds if pipe is None else (*fds, *pipe):
             os.close(fd)
-    return True
 
 
 async def read_body(upstream: UpstreamAnswer, limit: int) -> bytearray | None:
@@ -121,32 +97,141 @@ async def read_body(upstream: UpstreamAnswer, limit: int) -> bytearray | None:
         return None
     first = upstream.rest()
     assert len(first) == upstream.body_read, "read_body reads a body none of which was taken"
-    upstream.read_around(0)
     buffer = bytearray(length)
-    view = memoryview(buffer)
-    view[: len(first)] = first
-    at = len(first)
+    buffer[: len(first)] = first
     source = -1
     try:
         source = _socket_fd(transport)
-        while at < length:
-            try:
-                got = os.readv(source, [view[at:]])
-            except BlockingIOError:
-                await _readable(source, upstream)
-                continue
-            if got == 0:
-                raise _cut_short()
-            at += got
-            upstream.read_around(got, complete=at == length)
+        await _Read(upstream, source, buffer, len(first)).moved()
     except BaseException:
         upstream.close()
         raise
     finally:
-        view.release()
         if source >= 0:
             os.close(source)
     return buffer
+
+
+class _Pump:
+    """Moves a body around the parser from the event loop's callbacks on one descriptor at
+    a time (the upstream's, or the client's while it is behind), with no task switch per
+    read; :meth:`moved` returns when it is done, fails, or the upstream fails (a deadline)."""
+
+    def __init__(self, upstream: UpstreamAnswer) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._upstream = upstream
+        self._done: asyncio.Future[bool] = self._loop.create_future()
+        self._watching: tuple[int, bool] | None = None  # (fd, for writing)
+
+    async def moved(self) -> bool:
+        self._upstream.waiter = self._done  # woken when the upstream fails
+        try:
+            self._pump()
+            whole = await self._done
+        finally:
+            self._watch(None)
+            self._upstream.waiter = None
+        if self._upstream.error is not None:
+            raise self._upstream.error
+        return bool(whole)
+
+    def _pump(self) -> None:
+        try:
+            self._step()
+        except Exception as exc:
+            self._finish(exc)
+
+    def _step(self) -> None:  # pragma: no cover - each pump defines it
+        raise NotImplementedError
+
+    def _watch(self, fd: int | None, *, writing: bool = False) -> None:
+        """Be called back when ``fd`` is ready (None: on nothing)."""
+        wanted = None if fd is None else (fd, writing)
+        if wanted == self._watching:
+            return
+        if self._watching is not None:
+            old, old_writing = self._watching
+            (self._loop.remove_writer if old_writing else self._loop.remove_reader)(old)
+        self._watching = wanted
+        if fd is not None:
+            (self._loop.add_writer if writing else self._loop.add_reader)(fd, self._pump)
+
+    def _finish(self, outcome: bool | Exception) -> None:
+        self._watch(None)
+        if not self._done.done():
+            if isinstance(outcome, Exception):
+                self._done.set_exception(outcome)
+            else:
+                self._done.set_result(outcome)
+
+
+class _Splice(_Pump):
+    def __init__(
+        self,
+        upstream: UpstreamAnswer,
+        wire: Wire,
+        source: int,
+        sink: int,
+        pipe: tuple[int, int],
+        left: int,
+    ) -> None:
+        super().__init__(upstream)
+        self._wire, self._source, self._sink = wire, source, sink
+        self._read, self._write = pipe
+        self._left, self._piped = left, 0
+
+    def _step(self) -> None:
+        upstream = self._upstream
+        while True:
+            if self._piped:
+                try:
+                    sent = os.splice(self._read, self._sink, self._piped, flags=_FLAGS)
+                except BlockingIOError:
+                    self._watch(self._sink, writing=True)
+                    return
+                except OSError:  # the client reset or closed
+                    self._finish(False)
+                    return
+                self._piped -= sent
+                self._wire.count(sent)
+                continue
+            if not self._left:
+                self._finish(True)
+                return
+            try:
+                count = min(self._left, _PIPE_BYTES)
+                moved = os.splice(self._source, self._write, count, flags=_FLAGS)
+            except BlockingIOError:
+                upstream.read_around(0)  # the upstream is awaited: the read timeout runs
+                self._watch(self._source)
+                return
+            if moved == 0:
+                raise _cut_short()
+            self._left -= moved
+            self._piped = moved
+            upstream.read_around(moved, complete=not self._left, client=True)
+
+
+class _Read(_Pump):
+    def __init__(self, upstream: UpstreamAnswer, source: int, buffer: bytearray, at: int) -> None:
+        super().__init__(upstream)
+        self._source, self._view, self._at = source, memoryview(buffer), at
+        upstream.read_around(0)  # the upstream is awaited: the read timeout runs
+
+    def _step(self) -> None:
+        view, length = self._view, len(self._view)
+        while self._at < length:
+            try:
+                got = os.readv(self._source, [view[self._at :]])
+            except BlockingIOError:
+                self._watch(self._source)
+                return
+            if got == 0:
+                raise _cut_short()
+            self._at += got
+            self._upstream.read_around(got, complete=self._at == length)
+        view.release()
+        self._finish(True)
 
 
 def _pipe() -> tuple[int, int]:
@@ -159,14 +244,6 @@ def _pipe() -> tuple[int, int]:
     return read, write
 
 
-async def _readable(source: int, upstream: UpstreamAnswer) -> None:
-    """Return once ``source`` has bytes; raise the upstream's failure if it failed meanwhile."""
-    loop = asyncio.get_running_loop()
-    await _ready(loop.add_reader, loop.remove_reader, source, upstream)
-    if upstream.error is not None:
-        raise upstream.error from None
-
-
 def _cut_short() -> httpx.ReadError:
     """The failure of a body whose connection closed before its length was met (as the
     parser fails it)."""
@@ -176,25 +253,3 @@ def _cut_short() -> httpx.ReadError:
 def _socket_fd(transport: asyncio.BaseTransport) -> int:
     """A duplicate of the transport's socket descriptor, to poll and splice apart from it."""
     return os.dup(transport.get_extra_info("socket").fileno())
-
-
-async def _ready(
-    add: Callable[..., object],
-    remove: Callable[[int], object],
-    fd: int,
-    upstream: UpstreamAnswer,
-) -> None:
-    """Return once ``fd`` is ready, or ``upstream`` has failed (a deadline, say)."""
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    upstream.waiter = waiter
-    add(fd, _wake, waiter)
-    try:
-        await waiter
-    finally:
-        remove(fd)
-        upstream.waiter = None
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
