@@ -80,6 +80,7 @@ class _Relay(Response):
         finally:
             upstream.close()
         await send({"type": "http.response.body", "body": rest, "more_body": False})
+        self._seen["ended"] = True  # uvicorn found the length met, or the client gone
 
 
 @pytest.fixture
@@ -147,21 +148,34 @@ async def test_a_body_cut_short_or_silent_mid_way_fails_and_no_client_gets_it_as
     assert isinstance(seen["error"], error)
 
 
+@pytest.mark.parametrize("behind", [False, True], ids=["reading", "not-reading"])
 @pytest.mark.anyio
-async def test_a_client_that_leaves_mid_body_ends_the_upstream_request() -> None:
-    async with scripted_engine(_engine(_BODY[:300_000], HANG)) as engine:
+async def test_a_client_that_leaves_mid_body_ends_the_upstream_request(behind: bool) -> None:
+    seen: dict[str, object] = {}
+    # Behind: the whole body comes, and the client's socket fills while it reads nothing.
+    script = _engine(_BODY, HANG) if behind else _engine(_BODY[:300_000], HANG)
+    async with scripted_engine(script) as engine:
 
         async def endpoint(request: Request) -> Response:
-            return _Relay(engine.base_url + "/big", {}, Connections())
+            return _Relay(engine.base_url + "/big", seen, Connections())
 
         app = WiredStarlette(routes=[Route("/relay", endpoint)])
         async with serve(app, lifespan="off") as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET /relay HTTP/1.1\r\nHost: t\r\n\r\n")
-            await reader.read(65536)  # the head and the first bytes
+            if behind:
+                writer.transport.set_write_buffer_limits(0)
+                await asyncio.sleep(0.3)
+            else:
+                await reader.read(65536)  # the head and the first bytes
             writer.transport.abort()
             with anyio.fail_after(5):
                 await engine.client_closed.wait()
+                while "ended" not in seen and "error" not in seen:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+    # Behind, the write to the gone client failed: the relay ended cleanly. Reading, it
+    # waited for the upstream until its read timeout (in the hops, ClientWatch cancels it).
+    assert "error" not in seen if behind else isinstance(seen["error"], httpx.ReadTimeout)
 
 
 @pytest.mark.anyio

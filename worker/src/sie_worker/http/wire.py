@@ -144,6 +144,12 @@ class Wire:
         """``n`` bytes of a body with a length were written around the transport."""
         self._cycle.expected_content_length -= n
 
+    def abandon(self) -> None:
+        """The client left mid-body: close its connection, and owe it no more bytes (so that
+        the answer's end, through ``send``, finds nothing missing)."""
+        self._cycle.expected_content_length = 0
+        self._transport.abort()
+
     @property
     def transport(self) -> asyncio.Transport:
         return self._transport

@@ -61,6 +61,7 @@ async def splice_rest(upstream: UpstreamAnswer, wire: Wire) -> bool | None:
         return None
     await wire.empty()
     if wire.gone:
+        wire.abandon()
         upstream.close()
         return False
     fds: list[int] = []
@@ -72,8 +73,9 @@ async def splice_rest(upstream: UpstreamAnswer, wire: Wire) -> bool | None:
         if whole and len(_PIPES) < _KEEP_PIPES:  # empty: the next body may take it
             _PIPES.append(pipe)
             pipe = None
-        if not whole:
-            upstream.close()  # the client reset or closed: nobody to relay to
+        if not whole:  # the client reset or closed: nobody to relay to
+            wire.abandon()
+            upstream.close()
         return whole
     except BaseException:
         upstream.close()
