@@ -1,20 +1,24 @@
-"""A relayed body with a length, moved from the upstream socket to the client's in the kernel.
+"""A large body with a length, moved around the parser: socket to socket in the kernel at a
+relay, into one buffer at the worker.
 
 Relaying a large answer through Python costs a hop its copies: the event loop's read into a
-new bytes object, the parser's copy of the body out of it, and the kernel's copies in and
-out (a 1.1 MB embedding: about 1.4 ms of a hop's CPU above a short completion, where the
-upstream's head and the client's share of the work cost 0.5 ms; ``docs/benchmarks.md``,
-"One hop, parsed once"). ``splice(2)`` moves the bytes from one socket through a pipe to
-the other without them entering the process: :func:`splice_rest` does so for the rest of
-a body framed by ``Content-Length`` once its head has gone out, on Linux.
+new bytes object, the parser's copy of the body out of it, the kernel's in and out (and at
+the worker, which reads an answer whole, a join): for a 1.2 MB embedding about 1.5 ms of a
+hop's CPU above a short completion's 0.5-0.6 ms (``docs/benchmarks.md``, "One hop, parsed
+once"). :func:`splice_rest` moves the rest of a body framed by ``Content-Length`` from the
+upstream's socket to the client's with ``splice(2)`` through a pipe once the client's head
+has gone out (Linux), so the bytes never enter the process; :func:`read_body` reads one
+into a buffer of its length, for a caller that must see it all before answering.
 
-The upstream's connection is read around its parser (:meth:`UpstreamAnswer.hand_over`) and
-the client's written around uvicorn's transport (:class:`~sie_worker.http.wire.Wire`), each
-through its own duplicate of the socket's descriptor, after the transport has sent what it
-held. What the hop promised keeps: the read timeout runs while the upstream is awaited (not
-while the client is, as when a relay pauses for it), the answer's failure wakes the wait,
-a body cut short fails as the parser would fail it (``ReadError``), a client that has gone
-ends the upstream request, and a whole body gives its connection back for reuse.
+Reading pauses after the head of such an answer (:class:`UpstreamAnswer`), and the rest is
+read around its parser (:meth:`UpstreamAnswer.hand_over`) and written around uvicorn's
+transport (:class:`~sie_worker.http.wire.Wire`, once the transport has sent what it held),
+each through a duplicate of the socket's descriptor, from the event loop's callbacks on one
+descriptor at a time. What the relay promised keeps: the read timeout runs while the
+upstream is awaited (not while the client is, as when a relay pauses for it), a deadline or
+failure ends the wait, a body cut short fails as the parser would fail it (``ReadError``), a
+client that has gone ends the upstream request, and a whole body gives its connection back
+for reuse.
 """
 
 from __future__ import annotations
