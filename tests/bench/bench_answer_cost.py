@@ -6,7 +6,9 @@ request shapes take turns through the gateway, in one run:
 
 - **completion**: a short non-streamed ``/v1/completions`` (4 tokens);
 - **openai embedding**: ``/v1/embeddings`` of ``--inputs`` texts, the vectors as JSON floats
-  (``encoding_format: float``: 16 x 3,584 is an answer of about 1.1 MB);
+  (``encoding_format: float``: 16 x 3,584 is an answer of about 1.1 MB), which the fake engine
+  encodes fast (``fake.fast``): a round as long as its JSON encoding would charge each hop
+  its background work (polls) for that long;
 - **sie encode**: ``/v1/encode/{model}`` of the same texts in MessagePack (what sie-sdk
   sends), which the worker asks of the engine in base64 and answers as float32 bytes.
 
