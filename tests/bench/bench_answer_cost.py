@@ -6,7 +6,9 @@ request shapes take turns through the gateway, in one run:
 
 - **completion**: a short non-streamed ``/v1/completions`` (4 tokens);
 - **openai embedding**: ``/v1/embeddings`` of ``--inputs`` texts, the vectors as JSON floats
-  (``encoding_format: float``: 16 x 3,584 is an answer of about 1.1 MB);
+  (``encoding_format: float``: 16 x 3,584 is an answer of about 1.1 MB), which the fake engine
+  encodes fast (``fake.fast``): a round as long as its JSON encoding would charge each hop
+  its background work (polls) for that long;
 - **sie encode**: ``/v1/encode/{model}`` of the same texts in MessagePack (what sie-sdk
   sends), which the worker asks of the engine in base64 and answers as float32 bytes.
 
@@ -68,7 +70,12 @@ def shapes(inputs: int) -> list[Shape]:
     """The request shapes, in the order they take turns."""
     texts = [f"a sentence to embed, number {n}" for n in range(inputs)]
     completion = {"model": MODEL, "prompt": "a b", "max_tokens": 4, "fake": {"fast": True}}
-    embedding = {"model": EMBEDDER, "input": texts, "encoding_format": "float"}
+    embedding = {
+        "model": EMBEDDER,
+        "input": texts,
+        "encoding_format": "float",
+        "fake": {"fast": True},  # the engine's JSON encoding is not what is measured
+    }
     encode = {"items": [{"text": t} for t in texts]}
     return [
         Shape("completion", "/v1/completions", _json(completion), "application/json"),

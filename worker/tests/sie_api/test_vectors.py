@@ -1,16 +1,25 @@
-"""Vectors between the engines and SIE: float32 bytes, SIE's output dtypes, cosine."""
+"""Vectors between the engines and SIE: an engine's embeddings answer read, float32 bytes,
+SIE's output dtypes, cosine."""
 
 from __future__ import annotations
 
 import base64
+import json
 import math
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sie_worker.sie_api.vectors import convert, cosine, float32_bytes, floats
+from sie_worker.sie_api.vectors import (
+    convert,
+    cosine,
+    float32_bytes,
+    floats,
+    read_embeddings,
+)
 
 _FLOATS = st.lists(
     st.floats(min_value=-10, max_value=10, allow_nan=False, width=32), min_size=1, max_size=40
@@ -25,6 +34,65 @@ def test_an_embedding_in_base64_or_as_numbers_gives_the_same_float32_bytes(
     assert float32_bytes(base64.b64encode(data).decode()) == data
     assert float32_bytes(values) == data
     assert floats(data) == pytest.approx(values)
+
+
+def _answer(vectors: list[list[float]], **extra: Any) -> dict[str, Any]:
+    data = [
+        {"object": "embedding", "index": i, "embedding": base64.b64encode(_f32(v)).decode()}
+        for i, v in enumerate(vectors)
+    ]
+    return {"object": "list", "data": data, "model": "m", **extra}
+
+
+def _f32(values: list[float]) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def _same_but_vectors(read: Any, answer: dict[str, Any]) -> None:
+    """``read`` is ``answer``, each base64 string as the bytes it decodes to."""
+    got = [float32_bytes(entry["embedding"]) for entry in read["data"]]
+    assert got == [float32_bytes(entry["embedding"]) for entry in answer["data"]]
+    strip = [{k: v for k, v in e.items() if k != "embedding"} for e in read["data"]]
+    assert strip == [{k: v for k, v in e.items() if k != "embedding"} for e in answer["data"]]
+    assert {k: v for k, v in read.items() if k != "data"} == {
+        k: v for k, v in answer.items() if k != "data"
+    }
+
+
+@given(st.lists(_FLOATS, min_size=1, max_size=5))
+def test_an_embeddings_answer_reads_as_json_with_its_vectors_set_aside(
+    vectors: list[list[float]],
+) -> None:
+    answer = _answer(vectors, usage={"prompt_tokens": 3, "total_tokens": 3})
+    content = json.dumps(answer, separators=(",", ":")).encode()
+    read = read_embeddings(content)
+    _same_but_vectors(read, answer)
+    assert all(isinstance(entry["embedding"], memoryview) for entry in read["data"])
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # Spaced JSON: json.loads reads it all.
+        json.dumps(_answer([[1.0, 2.0]])).encode(),
+        # An escaped slash in the base64, a quote before the key: json.loads again.
+        b'{"data":[{"index":0,"embedding":"AACAPw\\/A"}],"model":"m"}',
+        b'{"data":[{"index":0,"embedding":"AACAPw=="}],"a\\"embedding":"AAAA"}',
+        # An embedding key outside the data: its string is left as it was.
+        b'{"data":[{"index":0,"embedding":"AACAPw=="}],"meta":{"embedding":"AAAA"}}',
+    ],
+    ids=["spaced", "escaped-slash", "key-in-a-string", "key-elsewhere"],
+)
+def test_an_answer_the_cut_is_not_sure_of_reads_as_json_loads_reads_it(content: bytes) -> None:
+    _same_but_vectors(read_embeddings(content), json.loads(content))
+
+
+@pytest.mark.parametrize(
+    "content", [b'{"data":[{"embedding":"AAAA"}', b'{"data":[{"embedding":"AAAA', b"", b"[}"]
+)
+def test_what_is_not_json_raises_json_loads_error(content: bytes) -> None:
+    with pytest.raises(json.JSONDecodeError):
+        read_embeddings(content)
 
 
 @pytest.mark.parametrize("embedding", [None, "", "not base64!", "AAA=", [], ["x"], [True], {}])

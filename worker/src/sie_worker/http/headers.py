@@ -19,6 +19,8 @@ __all__ = [
     "HOP_BY_HOP",
     "MAX_HEAD_BYTES",
     "SET_BY_SERVER",
+    "SPLICE_FROM",
+    "body_length",
     "forward_headers",
     "named_by_connection",
     "relayed_headers",
@@ -47,6 +49,25 @@ _REQUEST_OWN = frozenset({"host", "content-length", "expect", _ROUTER_OWN})
 # Response headers the relaying server writes itself: relaying the backend's would repeat them.
 SET_BY_SERVER = frozenset({"date", "server"})
 _ANSWER_DROPPED = HOP_BY_HOP | SET_BY_SERVER | {_ROUTER_OWN}
+
+
+# A body with a length from this size on is relayed in the kernel (sie_worker.http.zero_copy):
+# below it, copying costs less than the pipe and the extra system calls.
+SPLICE_FROM = 64 * 1024
+
+
+def body_length(headers: Iterable[tuple[str, str]]) -> int | None:
+    """The body's length when ``Content-Length`` frames it (no transfer coding), from
+    headers with lower-case names."""
+    length: int | None = None
+    for name, value in headers:
+        if name == "transfer-encoding":
+            return None
+        if name == "content-length":
+            if not value.isdigit() or length is not None:
+                return None
+            length = int(value)
+    return length
 
 
 def named_by_connection(values: Iterable[str]) -> frozenset[str]:

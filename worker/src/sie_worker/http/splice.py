@@ -35,6 +35,7 @@ from sie_worker.http.deadlines import Deadlines
 from sie_worker.http.upstream import open_stream
 from sie_worker.http.upstream_answer import UpstreamAnswer
 from sie_worker.http.wire import wire_for
+from sie_worker.http.zero_copy import splice_rest
 
 __all__ = [
     "ClientWatch",
@@ -240,6 +241,10 @@ async def relay_body(
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
     else:
         write = wire.write
+        if transform is None and not wire.chunked:
+            spliced = await splice_rest(upstream, wire)
+            if spliced is not None:
+                return b""  # whole at the client, or nobody to relay to (upstream closed)
         if transform is None:
             upstream.splice(write)
         else:

@@ -1,34 +1,32 @@
 """The answer to one request to an upstream, as it is read: :class:`UpstreamAnswer`.
 
-httptools parses the answer's head and body in C (httpx parses a chunked body in Python,
-one h11 event per chunk, and an engine sends every server-sent event as its own chunk).
-The answer's body is handed over as it is read, either buffered
-(:meth:`~UpstreamAnswer.take`; reading pauses past ``high_water`` bytes not yet taken) or
-spliced (:meth:`~UpstreamAnswer.splice`: each read's body goes to a sink from the parser's
-callback, and reading pauses while the sink's client is behind). The request's deadlines
-(:class:`~sie_worker.http.deadlines.Deadlines`) are data: one timer per stream, re-armed from
-the last read rather than reset on each one. Interim ``1xx`` answers (``100 Continue``,
-``103 Early Hints``) are read past: the head an answer reports is the final one. A head over
-64 KiB, a malformed head or chunk framing, and a body cut short end the answer with
-httpx's ``RemoteProtocolError`` or ``ReadError``.
-
-An answer that ended cleanly as its framing says gives its connection back to
-:class:`~sie_worker.http.connections.Connections` (a stream the caller stopped at its last
-event is read on to its end first, for a moment); any other is closed.
+httptools parses the head and body in C (httpx parses a chunked body in Python, one h11
+event per chunk, and an engine sends every server-sent event as its own chunk). The body is
+handed over as it is read: buffered (:meth:`~UpstreamAnswer.take`; reading pauses past
+``high_water`` bytes not yet taken), spliced (:meth:`~UpstreamAnswer.splice`: each read's
+body goes to a sink from the parser's callback; reading pauses while the sink's client is
+behind), or read around the parser (a large body with a length: :mod:`.zero_copy`; reading
+pauses after its head). The deadlines (:class:`~sie_worker.http.deadlines.Deadlines`) are
+data: one timer per stream, re-armed from the last read. Interim ``1xx`` answers are read
+past. A head over 64 KiB, a malformed head or chunk framing, and a body cut short end the
+answer with httpx's ``RemoteProtocolError`` or ``ReadError``. An answer that ended cleanly
+as its framing says gives its connection back to :class:`~sie_worker.http.connections.
+Connections` (a stream the caller stopped at its last event is read on to its end first,
+for a moment); any other is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import httptools
 import httpx
 
 from sie_worker.http.connections import Connections, Key
-from sie_worker.http.deadlines import DeadlineHit, Deadlines
-from sie_worker.http.headers import MAX_HEAD_BYTES
+from sie_worker.http.deadlines import Deadlines
+from sie_worker.http.headers import MAX_HEAD_BYTES, SPLICE_FROM, body_length
 
 __all__ = ["UpstreamAnswer", "never"]
 
@@ -42,10 +40,8 @@ def never(chunk: bytes, previous: bytes) -> bool:
 
 
 class UpstreamAnswer(asyncio.Protocol):
-    """The answer to one request. Buffered, :meth:`take` hands over the body read so far
-    and reading pauses past ``high_water`` bytes not yet taken; spliced
-    (:meth:`splice`), each read's body goes to a sink at once. Reading stops for good when
-    ``stop_after(chunk, previous)`` says the stream is complete."""
+    """The answer to one request, its body taken, spliced or read around the parser.
+    Reading stops for good when ``stop_after(chunk, previous)`` says the stream is complete."""
 
     def __init__(
         self,
@@ -62,7 +58,6 @@ class UpstreamAnswer(asyncio.Protocol):
         self.error: Exception | None = None
         self.finished = False
         self._deadlines = deadlines
-        self._read_s = deadlines.read_s
         self._high_water = high_water
         self._stop_after = stop_after
         self._head_only = head_only  # the answer to HEAD has no body, whatever it says
@@ -90,6 +85,8 @@ class UpstreamAnswer(asyncio.Protocol):
         self._keep_alive = False  # the answer lets the connection serve another request
         self._draining: asyncio.TimerHandle | None = None
         self._interim = False  # reading an interim (1xx) answer, which is not the one
+        self.body_read = 0  # body bytes read, parsed or spliced (:mod:`.zero_copy`)
+        self.waiter: asyncio.Future[Any] | None = None  # set (None) when the answer fails
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -178,12 +175,15 @@ class UpstreamAnswer(asyncio.Protocol):
             self._head.set_result(None)
         if self._head_only:
             self._end()
+        elif (body_length(self.headers) or 0) >= SPLICE_FROM:
+            self.hand_over()  # no reads until the body is taken: it may go around (zero_copy)
 
     def on_body(self, body: bytes) -> None:
         if self.finished:
             return
         self._chunks.append(body)
         self._body_seen = True
+        self.body_read += len(body)
         if self._sink is None:
             self._size += len(body)
             self._arrived.set()
@@ -266,6 +266,28 @@ class UpstreamAnswer(asyncio.Protocol):
             if not self._transport.is_closing():
                 self._transport.resume_reading()
 
+    def hand_over(self) -> asyncio.Transport | None:
+        """The connection, reading paused, for the caller to read around the parser."""
+        if (transport := self._transport) is None or self.finished or transport.is_closing():
+            return None
+        if not self._paused:
+            self._paused = True
+            transport.pause_reading()
+        return transport
+
+    def read_around(self, n: int, *, complete: bool = False, client: bool = False) -> None:
+        """``n`` body bytes read by the caller (``complete``: all); next it waits for its
+        ``client`` (no read timeout, as when paused for one), or for the upstream."""
+        self.body_read += n
+        self._body_seen = self._body_seen or n > 0
+        if n or self._paused:
+            self._last_read = self._loop.time()
+        self._paused = client
+        if complete:
+            self._complete = True
+            self._end()
+            self._done_reading()
+
     async def read_all(self, limit: int) -> bytes:
         """The rest of the body, at most ``limit`` bytes (more is cut off)."""
         parts: list[bytes] = []
@@ -279,8 +301,7 @@ class UpstreamAnswer(asyncio.Protocol):
         return b"".join(parts)[:limit]
 
     def close(self) -> None:
-        """Stop reading; the connection is closed from this side unless it is clean to
-        reuse, or being read to its end for that (idempotent)."""
+        """Stop reading; close the connection unless it is clean, or being read to its end."""
         self._cancel_timer()
         if not self.finished:
             self.finished = True
@@ -300,9 +321,8 @@ class UpstreamAnswer(asyncio.Protocol):
         )
 
     def _done_reading(self) -> None:
-        """The answer has ended for the caller: give the connection back when its body
-        ended cleanly, read on to that end when the caller stopped just before it, else
-        close it."""
+        """The answer has ended for the caller: give the connection back (the body ended
+        cleanly), read on to that end (the caller stopped just before it), or close it."""
         transport = self._transport
         if transport is None:
             return
@@ -350,39 +370,28 @@ class UpstreamAnswer(asyncio.Protocol):
         if not self._head.done():
             self._head.set_exception(error)
         self._end()
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
         transport, self._transport = self._transport, None
         self._stop_draining()
         if transport is not None:
             transport.abort()
 
     def _arm(self) -> None:
-        """Set the one timer at the nearest deadline: the read timeout from the last read,
-        the first chunk's until a body has come, the whole answer's."""
-        due: float | None = None
-        if self._read_s is not None:
-            due = (self._loop.time() if self._paused else self._last_read) + self._read_s
-        fixed = self._deadlines.next_due(self._body_seen) if self._deadlines.fixed else None
-        if fixed is not None and (due is None or fixed[0] < due):
-            due = fixed[0]
+        """Set the one timer at the nearest deadline (:meth:`Deadlines.due`)."""
+        due = self._deadlines.due(self._loop.time(), self._last_read, self._paused, self._body_seen)
         if due is not None:
             self._timer = self._loop.call_at(due, self._check)
 
     def _check(self) -> None:
         self._timer = None
-        if self.finished:
-            return
-        now = self._loop.time()
-        fixed = self._deadlines.next_due(self._body_seen) if self._deadlines.fixed else None
-        if fixed is not None and fixed[0] <= now:
-            limit = fixed[1]
-            self._fail(DeadlineHit(limit.name, limit.seconds))
-            return
-        if self._read_s is not None and not self._paused and self._last_read + self._read_s <= now:
-            read = self._deadlines.read
-            assert read is not None
-            self._fail(httpx.ReadTimeout(f"no bytes from upstream for {read.seconds:g}s"))
-            return
-        self._arm()
+        if not self.finished:
+            now = self._loop.time()
+            hit = self._deadlines.passed(now, self._last_read, self._paused, self._body_seen)
+            if hit is not None:
+                self._fail(hit)
+                return
+            self._arm()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

@@ -2,18 +2,23 @@
 
 A streamed answer that goes through ASGI costs one ``send`` message per write: a task
 switch, the middleware's wrappers and uvicorn's ``RequestResponseCycle.send`` for every
-event (the top of the relay's profile, ``docs/benchmarks.md``, Gateway). Once the answer's
-head has gone out through ``send`` (so middleware still sees and extends it) with chunked
-framing, its body can leave as chunks written to the client's transport directly, and the
-end through ``send`` again, where uvicorn finishes the exchange (keep-alive, pipelining).
+event (the top of the relay's profile, ``docs/benchmarks.md``, Gateway), and a large
+answer with a length comes in as many reads, each of which would cost the same (a 1.1 MB
+embedding: some 20, about 2 ms of a hop's CPU; "One hop, parsed once"). Once the answer's
+head has gone out through ``send`` (so middleware still sees and extends it), with chunked
+framing or a ``Content-Length``, its body can leave as it is read, written to the client's
+transport directly (as chunks, or as they are within the length), and the end through
+``send`` again, where uvicorn finishes the exchange (keep-alive, pipelining) and checks
+that the length was met.
 
 This relies on uvicorn's httptools protocol (``uvicorn.protocols.http.httptools_impl``):
 the ASGI ``send`` it passes is the bound method of a ``RequestResponseCycle`` whose
 ``transport`` is the client's socket, whose ``flow`` pauses writes past the transport's
-high-water mark, and which records ``disconnected`` and the answer's ``chunked_encoding``.
+high-water mark, and which records ``disconnected``, the answer's ``chunked_encoding`` and
+what is left of its ``expected_content_length`` (which the wire counts down as uvicorn would).
 :data:`VERIFIED_UVICORN` is the release those internals were checked against; the locks pin
 it and ``worker/tests/http/test_wire.py`` fails when either changes. Anything else (another
-server or protocol, ``httpx.ASGITransport`` in tests, HEAD, HTTP/1.0, a body with a length)
+server or protocol, ``httpx.ASGITransport`` in tests, HEAD, HTTP/1.0, an empty body)
 gets no wire, and the caller relays through ``send`` as before.
 
 :class:`WiredStarlette` is the app class that records the cycle: it has to be seen before
@@ -26,6 +31,7 @@ silently: the app refuses to start with any middleware that does not declare
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -94,26 +100,77 @@ class WiredStarlette(Starlette):
 
 
 class Wire:
-    """The client's transport for one answer whose head has gone out chunked.
+    """The client's transport for one answer whose head has gone out, chunked or with a
+    length.
 
-    :meth:`write` frames ``data`` as one chunk and writes it; it answers whether the
-    client is behind (uvicorn's flow control paused writing: the transport holds more than
-    its high-water mark), in which case the caller stops reading upstream and waits for
-    :meth:`drain`. Bytes for a client that has gone are dropped.
+    :meth:`write` writes ``data`` (framed as one chunk, or as it is, counted against the
+    length; bytes past the length are never written, and uvicorn's end of the answer fails
+    on them as it would on its own path); it answers whether the client is behind
+    (uvicorn's flow control paused writing: the transport holds more than its high-water
+    mark), in which case the caller stops reading upstream and waits for :meth:`drain`.
+    Bytes for a client that has gone are dropped.
     """
 
-    __slots__ = ("_cycle", "_flow", "_transport")
+    __slots__ = ("_cycle", "_flow", "_transport", "chunked", "write")
 
     def __init__(self, cycle: Any) -> None:
         self._cycle = cycle
         self._transport: asyncio.Transport = cycle.transport
         self._flow = cycle.flow
+        self.chunked = bool(cycle.chunked_encoding)
+        self.write: Callable[[bytes], bool] = (
+            self._chunk if cycle.chunked_encoding else self._counted
+        )
 
-    def write(self, data: bytes) -> bool:
+    def _chunk(self, data: bytes) -> bool:
         if self._transport.is_closing():
             return True
         self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         return bool(self._flow.write_paused)
+
+    def _counted(self, data: bytes) -> bool:
+        if self._transport.is_closing():
+            return True
+        cycle = self._cycle
+        left = cycle.expected_content_length
+        if len(data) > left:
+            data = data[:left]
+        cycle.expected_content_length = left - len(data)
+        self._transport.write(data)
+        return bool(self._flow.write_paused)
+
+    @property
+    def left(self) -> int:
+        """Body bytes the client was promised and has not been written (a length's)."""
+        return int(self._cycle.expected_content_length)
+
+    def count(self, n: int) -> None:
+        """``n`` bytes of a body with a length were written around the transport."""
+        self._cycle.expected_content_length -= n
+
+    def abandon(self) -> None:
+        """The client left mid-body: close its connection, and owe it no more bytes (so that
+        the answer's end, through ``send``, finds nothing missing)."""
+        self._cycle.expected_content_length = 0
+        self._transport.abort()
+
+    @property
+    def transport(self) -> asyncio.Transport:
+        return self._transport
+
+    async def empty(self) -> None:
+        """Return once the transport holds nothing unsent (or the client has gone): its
+        flow control pauses, for the while, at any byte held, and resumes at none."""
+        transport = self._transport
+        if not transport.get_write_buffer_size() or self.gone:
+            return
+        low, high = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            await self.drain()
+        finally:
+            if not transport.is_closing():
+                transport.set_write_buffer_limits(high=high, low=low)
 
     @property
     def gone(self) -> bool:
@@ -132,12 +189,15 @@ class Wire:
 
 def wire_for(scope: Scope) -> Wire | None:
     """The wire of an answer whose head was just sent, when its body may be written to the
-    client directly: uvicorn's httptools cycle, HTTP/1.1, not HEAD, chunked framing."""
+    client directly: uvicorn's httptools cycle, HTTP/1.1, not HEAD, chunked framing or a
+    length with bytes still to come."""
     cycle = scope.get(_SCOPE_KEY)
     if cycle is None or scope.get("http_version") != "1.1" or scope.get("method") == "HEAD":
         return None
     if not cycle.response_started or cycle.response_complete or cycle.disconnected:
         return None
-    if cycle.chunked_encoding is not True:
+    if cycle.chunked_encoding is None:
+        return None
+    if cycle.chunked_encoding is False and cycle.expected_content_length <= 0:
         return None
     return Wire(cycle)

@@ -37,7 +37,7 @@ from sie_worker.sie_api.fields import (
 )
 from sie_worker.sie_api.items import Item, parse_items
 from sie_worker.sie_api.texts import TEXT_OPTIONS, TextOptions, check_template, format_text
-from sie_worker.sie_api.vectors import OUTPUT_DTYPES, convert, float32_bytes
+from sie_worker.sie_api.vectors import OUTPUT_DTYPES, convert, float32_bytes, read_embeddings
 
 __all__ = [
     "EncodeRequest",
@@ -172,7 +172,7 @@ def encode_call(
         body = {"model": model, "items": items, "usage": {"input_tokens": tokens}}
         return render(body, as_json=as_json, headers=headers)
 
-    return EngineCall("/v1/embeddings", payload, answer=answer)
+    return EngineCall("/v1/embeddings", payload, answer=answer, decode=read_embeddings)
 
 
 def vectors_of(engine_answer: Any, count: int, model: str) -> tuple[list[bytes], int]:

@@ -28,7 +28,7 @@ from sie_worker.sie_api.codec import render
 from sie_worker.sie_api.encode import engine_texts, text_options, vectors_of
 from sie_worker.sie_api.fields import object_at, optional_object, optional_str, refuse_unknown
 from sie_worker.sie_api.items import Item, parse_item, parse_items
-from sie_worker.sie_api.vectors import cosine, floats
+from sie_worker.sie_api.vectors import cosine, floats, read_embeddings
 
 __all__ = ["ScoreRequest", "parse_score", "ranked", "score_call"]
 
@@ -122,7 +122,7 @@ def score_call(
                 raise EngineUnavailable(f"{model}: engine answered vectors of different sizes")
             return reply(model, [cosine(query, v) for v in others], tokens)
 
-        return EngineCall("/v1/embeddings", payload, answer=answer_cosine)
+        return EngineCall("/v1/embeddings", payload, answer=answer_cosine, decode=read_embeddings)
     raise InvalidRequest(
         f"{served.id} does not serve /v1/score: its config declares tasks {sorted(tasks)}; "
         "scoring needs tasks.score (a cross-encoder) or tasks.encode (cosine of embeddings)"

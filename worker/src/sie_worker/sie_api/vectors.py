@@ -1,6 +1,11 @@
 """Dense vectors between the engines and SIE: float32 bytes from an OpenAI embedding, the
 ``output_dtype`` conversions SIE defines, cosine similarity. Pure; no numpy.
 
+:func:`read_embeddings` reads an engine's embeddings answer without passing its base64
+vectors through the JSON decoder: a third of an SIE encode's worker CPU at 16 x 3,584
+dimensions went to ``json.loads`` scanning 300 kB of base64 it then handed over as str
+(``docs/benchmarks.md``, "One hop, parsed once").
+
 ``output_dtype`` as sie-server computes it: ``float32``; ``float16``; ``int8`` symmetric
 (``round(x / max|x| * 127)``, zeros stay zeros); ``uint8`` linear over the vector's range
 (``round((x - min) / (max - min) * 255)``, a constant vector is all 128); ``binary`` and
@@ -11,22 +16,83 @@ from __future__ import annotations
 
 import array
 import binascii
+import json
 import math
 import struct
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from sie_worker.sie_api.codec import Array
 
-__all__ = ["OUTPUT_DTYPES", "convert", "cosine", "float32_bytes", "floats"]
+__all__ = ["OUTPUT_DTYPES", "convert", "cosine", "float32_bytes", "floats", "read_embeddings"]
 
 OUTPUT_DTYPES = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
+# How every engine family writes a base64 vector's key (compact JSON: SGLang's orjson,
+# vLLM's pydantic, the default engine's); other spellings take json.loads' way.
+_EMBEDDING = b'"embedding":"'
+# Marks a vector set aside in the text json.loads reads (and its number follows); no
+# base64 string holds it.
+_HELD = "\x00held:"
+
+
+def read_embeddings(content: bytes | bytearray) -> Any:
+    """``content`` (an OpenAI embeddings answer) as ``json.loads`` reads it, except that
+    each base64 ``"embedding"`` string is a memoryview of its bytes in ``content``: the
+    strings are cut out by their quotes (base64 holds neither a quote nor a backslash) and
+    the rest is decoded as JSON. Raises ValueError where ``json.loads`` would."""
+    view = memoryview(content)
+    parts: list[bytes | memoryview] = []
+    held: list[memoryview] = []
+    at = 0
+    while (found := content.find(_EMBEDDING, at)) >= 0:
+        start = found + len(_EMBEDDING)
+        end = content.find(b'"', start)
+        if end < 0 or content[found - 1 : found] == b"\\" or content.find(b"\\", start, end) >= 0:
+            return json.loads(content)  # an escape near or in it: no cut is sure to be right
+        parts += (view[at:start], b"\\u0000held:%d" % len(held))
+        held.append(view[start:end])
+        at = end
+    if not held:
+        return json.loads(content)
+    parts.append(view[at:])
+    answer = json.loads(b"".join(parts))
+    data = answer.get("data") if isinstance(answer, dict) else None
+    for entry in data if isinstance(data, list) else ():
+        vector = entry.get("embedding") if isinstance(entry, dict) else None
+        if isinstance(vector, str) and (number := _held_number(vector, held)) is not None:
+            entry["embedding"] = held[number]
+    return _restored(answer, held)
+
+
+def _restored(node: Any, held: list[memoryview]) -> Any:
+    """``node`` with any string still set aside (an ``embedding`` outside ``data``) as
+    json.loads would have read it."""
+    if isinstance(node, str):
+        number = _held_number(node, held)
+        return node if number is None else held[number].tobytes().decode()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, dict | list | str):
+                node[key] = _restored(value, held)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            if isinstance(value, dict | list | str):
+                node[i] = _restored(value, held)
+    return node
+
+
+def _held_number(text: str, held: list[memoryview]) -> int | None:
+    if not text.startswith(_HELD):
+        return None
+    digits = text[len(_HELD) :]
+    return int(digits) if digits.isdigit() and int(digits) < len(held) else None
 
 
 def float32_bytes(embedding: object) -> bytes | None:
-    """Little-endian float32 bytes of an OpenAI ``embedding`` (base64 or a list of numbers);
-    None when it is neither."""
-    if isinstance(embedding, str):
+    """Little-endian float32 bytes of an OpenAI ``embedding`` (base64, as str or bytes, or a
+    list of numbers); None when it is neither."""
+    if isinstance(embedding, str | bytes | memoryview):
         try:
             # strict_mode checks the alphabet in C; b64decode(validate=True) runs a regular
             # expression over the text first, a quarter of an SIE encode's worker CPU.

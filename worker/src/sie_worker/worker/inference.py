@@ -205,6 +205,7 @@ async def _serve(
         runtime=facts.runtime,
         answer=call.answer,
         events=call.events,
+        decode=call.decode,
     )
 
 

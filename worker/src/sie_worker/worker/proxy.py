@@ -61,7 +61,8 @@ from sie_worker.http.deadlines import DeadlineHit, Deadlines, Limit
 from sie_worker.http.splice import relay_stream
 from sie_worker.http.transport import MAX_ANSWER_BYTES
 from sie_worker.http.upstream import open_stream
-from sie_worker.sie_api.call import Answer, Events, EventTranslator
+from sie_worker.http.zero_copy import read_body
+from sie_worker.sie_api.call import Answer, Decode, Events, EventTranslator
 from sie_worker.worker.engine_errors import engine_error
 from sie_worker.worker.events import MAX_EVENT_BYTES, EventCheck, ends_with_done
 from sie_worker.worker.metrics import StreamTimer, WorkerMetrics
@@ -164,18 +165,20 @@ async def forward(
     runtime: RequestRuntime | None = None,
     answer: Answer | None = None,
     events: Events | None = None,
+    decode: Decode | None = None,
 ) -> Response:
     """Send ``body`` to the engine's ``path``; the lease is released when the answer is done.
     Streams and JSON answers go over the engine's kept-alive connections (``lease``).
     ``runtime`` is the served model's (body rewrite, timeouts); ``answer`` / ``events``
-    translate the engine's answer."""
+    translate the engine's answer (``decode`` reads a JSON one for ``answer``)."""
     upstream_headers = {k: v for k, v in headers.items() if k.lower() in _FORWARDED_HEADERS}
     upstream_headers["x-request-id"] = request_id
     deadlines = _deadlines(lease, runtime.timeouts if runtime is not None else Timeouts())
     if runtime is not None:
         body = runtime.rewrite(path, body)
     if not stream:
-        return await _forward_json(lease, path, body, upstream_headers, deadlines, answer)
+        reader = (answer, decode or json.loads) if answer is not None else None
+        return await _forward_json(lease, path, body, upstream_headers, deadlines, reader)
     translate = events(lease.model) if events is not None else None
     policy = _EngineStream(lease, deadlines, translate, {"x-request-id": request_id})
     return await relay_stream(
@@ -217,7 +220,7 @@ async def _forward_json(
     body: bytes,
     headers: dict[str, str],
     deadlines: Deadlines,
-    answer: Answer | None,
+    reader: tuple[Answer, Decode] | None,
 ) -> Response:
     """A JSON answer, read whole with the same client, connections and deadlines as a
     stream (:func:`~sie_worker.http.upstream.open_stream`)."""
@@ -234,7 +237,10 @@ async def _forward_json(
                 connections=lease.connections,
             )
             try:
-                content = await upstream.read_all(MAX_ANSWER_BYTES + 1)
+                # A large one into one buffer, around the parser (zero_copy).
+                content: bytes | bytearray | None = await read_body(upstream, MAX_ANSWER_BYTES)
+                if content is None:
+                    content = await upstream.read_all(MAX_ANSWER_BYTES + 1)
             finally:
                 upstream.close()
             if len(content) > MAX_ANSWER_BYTES:
@@ -243,7 +249,7 @@ async def _forward_json(
                 )
         except Exception as exc:
             raise _failure(lease, deadlines, exc) from exc
-        return _reply(lease, upstream.status, content, reply_headers, answer)
+        return _reply(lease, upstream.status, content, reply_headers, reader)
     except SieError as error:
         lease.status = str(error.status)
         raise
@@ -306,11 +312,11 @@ class _EngineStream:
 def _reply(
     lease: Lease,
     status: int,
-    content: bytes,
+    content: bytes | bytearray,
     headers: dict[str, str],
-    answer: Answer | None = None,
+    reader: tuple[Answer, Decode] | None = None,
 ) -> Response:
-    response = _json_reply(lease, status, content, headers, answer)
+    response = _json_reply(lease, status, content, headers, reader)
     lease.status = str(response.status_code)
     return response
 
@@ -349,20 +355,23 @@ def _failure(lease: Lease, deadlines: Deadlines, exc: Exception) -> SieError:
 def _json_reply(
     lease: Lease,
     status: int,
-    content: bytes,
+    content: bytes | bytearray,
     headers: dict[str, str],
-    answer: Answer | None,
+    reader: tuple[Answer, Decode] | None,
 ) -> Response:
     if status >= 400:
-        raise engine_error(lease.model, status, content)
-    if answer is None:
+        raise engine_error(lease.model, status, bytes(content))
+    if reader is None:
         # Relayed as bytes, never parsed: only its ends are looked at, so that an answer
         # cut short, or an event stream where a JSON document belongs, is a clean 502.
         if not _framed_as_json(content):
             raise _not_json(lease, status)
-        return Response(content, status_code=status, media_type="application/json", headers=headers)
+        return Response(
+            memoryview(content), status_code=status, media_type="application/json", headers=headers
+        )
+    answer, decode = reader
     try:
-        payload: Any = json.loads(content)
+        payload: Any = decode(content)
     except ValueError as exc:
         raise _not_json(lease, status) from exc
     response = answer(payload, lease.model)
@@ -370,7 +379,7 @@ def _json_reply(
     return response
 
 
-def _framed_as_json(content: bytes) -> bool:
+def _framed_as_json(content: bytes | bytearray) -> bool:
     """Whether ``content`` begins and ends as a JSON object or array does."""
     first, last = content[:64].lstrip()[:1], content[-64:].rstrip()[-1:]
     return (first, last) in ((b"{", b"}"), (b"[", b"]"))
