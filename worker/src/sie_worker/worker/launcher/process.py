@@ -210,17 +210,15 @@ class EngineProcess:
                 check.cancel()
                 await asyncio.gather(check, return_exceptions=True)
                 continue
-            try:
+            response = None
+            with contextlib.suppress(httpx.HTTPError):
                 response = check.result()
-            except httpx.HTTPError:
-                pass
-            else:
-                # Only our engine's answer counts: another process (an engine of a worker
-                # sharing the network namespace) may have taken the port after our bind
-                # test; our engine then exits with "address already in use".
-                if response.status_code == 200 and self._owns_port():
-                    self.watch_ranks()
-                    return
+            # Only our engine's answer counts: another process (an engine of a worker sharing
+            # the network namespace) may have taken the port after our bind test; our engine
+            # then exits with "address already in use".
+            if response is not None and response.status_code == 200 and self._owns_port():
+                self.watch_ranks()
+                return
             # A start that fails leaves files too: note the group's as it comes up.
             if time.monotonic() - self._noted_at >= _NOTE_EVERY_S:
                 self.note_group()
