@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import anyio
 import httpx
 import pytest
 from tests.support.proxy_app import EVERY_LOOP
-from tests.support.scripted_engine import HANG, answer_with, scripted_engine
+from tests.support.scripted_engine import HANG, EngineRequest, Reply, answer_with, scripted_engine
 
 from sie_worker.http import transport
 from sie_worker.http.transport import UpstreamTransport, hop_client
@@ -92,3 +94,25 @@ async def test_https_goes_through_httpx_default_transport(monkeypatch: pytest.Mo
     async with httpx.AsyncClient(transport=UpstreamTransport()) as client:
         answer = await client.get("https://pod.example:8443/v1/models")
     assert (answer.status_code, sent) == (204, [httpx.URL("https://pod.example:8443/v1/models")])
+
+
+@pytest.mark.anyio
+async def test_a_large_answer_whose_head_comes_alone_is_read_whole() -> None:
+    # An answer of 64 KiB and more waits after its head for a relay to take it around the
+    # parser; a call that reads it whole must read on all the same.
+    body = bytes(range(256)) * 400
+
+    def script(request: EngineRequest) -> Reply:
+        async def later() -> AsyncIterator[object]:
+            await anyio.sleep(0.2)  # the head arrives in a read of its own
+            yield body
+
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n"
+        return Reply(
+            body=later(), chunked=False, head=head + b"content-length: %d\r\n\r\n" % len(body)
+        )
+
+    async with scripted_engine(script) as server, _client(read=2) as client:
+        with anyio.fail_after(5):
+            got = await client.get(server.base_url + "/metrics")
+    assert got.content == body

@@ -216,6 +216,7 @@ class UpstreamAnswer(asyncio.Protocol):
     async def take(self) -> bytes:
         """Everything read since the last call; waits for something unless finished."""
         if not self._chunks and not self.finished:
+            self.resume()  # a large body nobody took around the parser: read it here
             self._arrived.clear()
             await self._arrived.wait()
         data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
