@@ -487,10 +487,12 @@ def test_sglang_on_cpu_devices_runs_its_cpu_engine_with_its_kv_cache_in_tokens(
     argv = list(plan.argv)
     assert argv[argv.index("--device") + 1] == "cpu"
     assert "--disable-overlap-schedule" in argv
+    assert "--sleep-on-idle" in argv  # an idle scheduler would spin on the worker's cores
     assert argv[argv.index("--max-total-tokens") + 1] == "123456"
     assert argv[argv.index("--tp-size") + 1] == "2"
     assert plan.cores == (0, 1)  # the engine's affinity: the block's cores
     assert plan.env["SGLANG_CPU_OMP_THREADS_BIND"] == "0|1"
     # On GPUs the command line is as before.
     on_gpu = argv_of(model, Settings(devices=EIGHT, bundle="sglang"))
-    assert not {"--device", "--disable-overlap-schedule", "--max-total-tokens"} & set(on_gpu)
+    cpu_only = {"--device", "--disable-overlap-schedule", "--sleep-on-idle", "--max-total-tokens"}
+    assert not cpu_only & set(on_gpu)

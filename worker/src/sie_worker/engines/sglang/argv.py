@@ -77,8 +77,11 @@ def sglang_argv(inputs: ArgvInputs) -> tuple[str, ...]:
     argv.append("--enable-metrics")
     if inputs.on_cpu:
         # Its CPU engine runs without the overlap scheduler (CUDA streams), and its KV cache
-        # is its share in tokens: on CPU SGLang sizes it from the machine's free memory.
-        argv += ["--device", "cpu", "--disable-overlap-schedule"]
+        # is its share in tokens: on CPU SGLang sizes it from the machine's free memory. An
+        # idle scheduler busy-polls its queues (1.4 cores of two for an idle TP=2 engine),
+        # taking the cores from the worker and every model beside it; asleep on idle it
+        # waits in zmq's poll, which a request wakes at once.
+        argv += ["--device", "cpu", "--disable-overlap-schedule", "--sleep-on-idle"]
         if inputs.share is not None and inputs.share.kv_tokens is not None:
             argv += ["--max-total-tokens", str(inputs.share.kv_tokens)]
     if inputs.precision:
