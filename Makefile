@@ -10,8 +10,8 @@ VERSION := $(shell cat VERSION)
 help:
 	@echo "make run          set up .venv, serve the quickstart model on :8080 (PORT)"
 	@echo "make test         set up .venv, .venv-vllm, .venv-sglang and .tools (llama.cpp too), then run every check"
-	@echo "make check        the inner loop: lint, types, chart, docs and every test that starts no"
-	@echo "                  real engine and no cluster, with the table of step times"
+	@echo "make check        the inner loop: lint, types, chart, docs and every test that imports no"
+	@echo "                  torch (no real model or engine) and starts no cluster, with the table of step times"
 	@echo "make docs         serve the docs site on :8000 (DOCS_ADDR), rebuilt as pages change"
 	@echo "make bench        run every benchmark, rewrite docs/benchmarks.md (~11 min, not a test)"
 	@echo "make soak         the 10-minute soak of the worker; its figures go to docs/benchmarks.md"

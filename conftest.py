@@ -18,8 +18,26 @@ settings.register_profile("sie", deadline=None)
 settings.load_profile("sie")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+# The fixtures of real models (tests/support/model_fixtures.py): a test that asks for one
+# builds or serves a real model, so it is marked torch (left out of make check) without
+# saying so itself.
+MODEL_FIXTURES = frozenset(
+    {
+        "tiny_llama_dir",
+        "tiny_cross_encoder_dir",
+        "tiny_lora_dirs",
+        "tiny_vllm_llama_dir",
+        "tiny_vllm_lora_dir",
+        "minilm_dir",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks, and -m selects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.torch)
     # why: pytest-xdist hands tests out in collection order; the slow ones first keep the
     # run's tail short (a long test started last leaves the other workers idle). Modules
     # move whole (any test of theirs marked slow moves them), in a stable sort: each

@@ -104,6 +104,7 @@ def client(engine: FakeEngine) -> Iterator[httpx.Client]:
 
 
 @pytest.mark.slow
+@pytest.mark.torch  # the fake with SGLang's own parser
 def test_sglang_parser_accepts_the_worker_argv_and_info_shows_argv_and_mask(
     fake_engine_factory: FakeEngineFactory,
 ) -> None:
@@ -130,6 +131,7 @@ def test_sglang_parser_accepts_the_worker_argv_and_info_shows_argv_and_mask(
 
 
 @pytest.mark.slow
+@pytest.mark.torch  # the fake with SGLang's own parser
 def test_sglang_parser_rejects_an_unknown_flag_with_exit_2() -> None:
     result = _run_engine("--fake-parser=sglang", *WORKER_ARGV, "--no-such-flag", "1")
 
@@ -152,7 +154,10 @@ def test_minimal_parser_tolerates_unknown_flags_and_records_them(
     assert "--disable-prefill-cuda-graph" in info["unknown_args"]
 
 
-@pytest.mark.parametrize("parser", ["minimal", "sglang"])
+@pytest.mark.parametrize(
+    "parser",
+    ["minimal", pytest.param("sglang", marks=pytest.mark.torch)],  # SGLang's parser
+)
 def test_lora_adapters_are_served_and_unknown_ones_refused_as_sglang_does(
     fake_engine_factory: FakeEngineFactory, parser: str
 ) -> None:

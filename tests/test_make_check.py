@@ -5,8 +5,10 @@ the engine steps, the main step's markers and `make test`'s setups follow."""
 from __future__ import annotations
 
 import configparser
+import os
 import re
 import subprocess
+import sys
 
 from tests.support.repo import ROOT, make_dry_run
 
@@ -57,9 +59,28 @@ def test_the_main_pytest_step_leaves_out_every_engine_and_the_cluster() -> None:
     result = subprocess.run(
         ["scripts/test", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
-    selection = result.stdout.rsplit("The pytest step's selection: -m ", 1)[1].strip()
+    selection = result.stdout.rsplit("The pytest step's selection: -m ", 1)[1]
     expected = " and ".join(f"not {m}" for m in ["cluster", *_engines()])
-    assert selection == f'"{expected}"'
+    assert selection.splitlines()[0] == f'"{expected}"'
+    # The inner loop leaves out torch too, and the guard fails whatever reaches it unmarked.
+    assert f'With --check: -m "{expected} and not torch", tests/support/no_torch' in result.stdout
+
+
+def test_make_checks_guard_fails_an_import_of_torch_naming_the_mark() -> None:
+    guard = ROOT / "tests" / "support" / "no_torch"
+    result = subprocess.run(
+        [sys.executable, "-c", "import torch"],
+        env={**os.environ, "PYTHONPATH": str(guard)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "make check runs no test that imports torch" in result.stderr
+    assert "mark the test `torch` (pytest.ini)" in result.stderr
+    ini = configparser.ConfigParser()
+    ini.read(ROOT / "pytest.ini")
+    assert "torch: imports torch" in ini["pytest"]["markers"]
 
 
 def test_make_help_and_the_readme_name_make_check() -> None:

@@ -10,8 +10,15 @@ import pytest
 
 from tests.support.repo import ROOT
 
-torch = pytest.importorskip("torch", reason="the default engine's extra (torch) is needed")
+# Torch is imported by the tests, not at collection: make check collects this module and
+# leaves its tests out.
+pytestmark = pytest.mark.torch
 STAND_IN = ROOT / "tests" / "support" / "sgl_kernel_cpu" / "sgl_kernel" / "__init__.py"
+
+
+@pytest.fixture(scope="module")
+def torch():  # type: ignore[no-untyped-def]
+    return pytest.importorskip("torch", reason="the default engine's extra (torch) is needed")
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +32,7 @@ def sgl_kernel():  # type: ignore[no-untyped-def]
     return module
 
 
-def test_each_request_writes_its_slots_into_its_row_back_to_back(sgl_kernel) -> None:  # type: ignore[no-untyped-def]
+def test_each_request_writes_its_slots_into_its_row_back_to_back(sgl_kernel, torch) -> None:  # type: ignore[no-untyped-def]
     pool = torch.zeros((4, 8), dtype=torch.int32)
     # Request 0 (row 2) extends tokens 1..3, request 1 (row 0) tokens 0..1, request 2 (row 3)
     # nothing: their new slots come in that order in out_cache_loc.
@@ -43,7 +50,7 @@ def test_each_request_writes_its_slots_into_its_row_back_to_back(sgl_kernel) -> 
     assert torch.equal(pool, expected)
 
 
-def test_every_other_op_raises_naming_itself(sgl_kernel) -> None:  # type: ignore[no-untyped-def]
+def test_every_other_op_raises_naming_itself(sgl_kernel, torch) -> None:  # type: ignore[no-untyped-def]
     op = sgl_kernel.verify_tree_greedy_cpu  # imported by SGLang's CPU path, never called
     with pytest.raises(NotImplementedError, match=r"sgl_kernel\.verify_tree_greedy_cpu"):
         op(torch.zeros(1))

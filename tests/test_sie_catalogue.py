@@ -176,6 +176,7 @@ def _run_parser(python_path: Path | None, argvs: list[list[str]]) -> list[dict[s
     return results
 
 
+@pytest.mark.torch  # SGLang's own parser, torch imported with it
 @pytest.mark.parametrize("bundle", sorted(BUNDLE_VERSIONS))
 def test_sglang_of_the_bundle_accepts_every_planned_argv(
     bundle: str, plans: list[tuple[str, str, str, dict[str, Any]]]

@@ -7,9 +7,12 @@ real engine, side by side with the engine's own port, and what the worker adds t
   placement before the spawn, readiness polling and registration after).
 - **Throughput and TTFT**: for each number of concurrent streams, rounds of streamed
   ``/v1/completions`` (``ignore_eos``, usage asked for) go alternately to the engine's own port
-  (``direct``) and the worker's (``worker``); each path's tokens/s (completion tokens of the
+  (``direct``) and the worker's (``worker``), each path on its own kept-alive client (as the
+  openai client and sie-sdk keep theirs); each path's tokens/s (completion tokens of the
   round over its wall time) and TTFT (request sent -> first text) are kept per round, and the
   CPU the worker and the engine's HTTP process spent per token; the figures are the medians.
+  One stream's TTFT comes from its own samples: hundreds of 2-token streams, alternating
+  path by path on kept-alive clients.
 """
 
 from __future__ import annotations
@@ -112,18 +115,69 @@ async def _stream(
     return (first if first is not None else float("nan")), count
 
 
-async def _round(base: str, model: str, streams: int, tokens: int) -> dict[str, float]:
+async def _round(
+    client: httpx.AsyncClient, base: str, model: str, streams: int, tokens: int
+) -> dict[str, float]:
     url = base + "/v1/completions"
-    async with httpx.AsyncClient(timeout=300) as client:
-        started = time.perf_counter()
-        results = await asyncio.gather(
-            *(_stream(client, url, model, tokens) for _ in range(streams))
-        )
-        elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    results = await asyncio.gather(*(_stream(client, url, model, tokens) for _ in range(streams)))
+    elapsed = time.perf_counter() - started
     return {
         "tokens_per_s": sum(n for _, n in results) / elapsed,
         "ttft_s": statistics.median(t for t, _ in results),
     }
+
+
+async def _first_tokens(
+    urls: Mapping[str, str], model: str, samples: int
+) -> dict[str, list[float]]:
+    """TTFT alone: ``samples`` short streams per path, alternating one by one, each path on
+    its own kept-alive client. A round of 64 tokens gives one TTFT, and the engine's own TTFT
+    varies by tens of ms from one to the next on these cores: a median of 41 could not tell a
+    few ms apart (its standard error was about 3 ms), one of hundreds can."""
+    found: dict[str, list[float]] = {path: [] for path in urls}
+    async with httpx.AsyncClient(timeout=300) as direct, httpx.AsyncClient(timeout=300) as via:
+        clients = {"direct": direct, "worker": via}
+        for path in urls:  # open each path's connections before timing
+            await _stream(clients[path], urls[path] + "/v1/completions", model, 2)
+        for _ in range(samples):
+            for path, base in urls.items():
+                first, _ = await _stream(clients[path], base + "/v1/completions", model, 2)
+                found[path].append(first)
+    return found
+
+
+async def _rounds(
+    urls: Mapping[str, str],
+    pids: tuple[int, int],
+    model: str,
+    streams: int,
+    rounds: int,
+    tokens: int,
+) -> tuple[dict[str, list[dict[str, float]]], dict[str, dict[str, float]]]:
+    """``rounds`` rounds per path, alternating, each path on its own kept-alive client (as
+    the openai client and sie-sdk keep theirs); the CPU of the worker and of the engine's
+    HTTP process (``pids``) and the tokens of each path's rounds."""
+    worker_pid, api_server = pids
+    tries: dict[str, list[dict[str, float]]] = {p: [] for p in PATHS}
+    cpu = {p: {"worker": 0.0, "api_server": 0.0, "tokens": 0.0} for p in PATHS}
+    limits = httpx.Limits(max_keepalive_connections=streams, max_connections=streams)
+    async with (
+        httpx.AsyncClient(timeout=300, limits=limits) as direct,
+        httpx.AsyncClient(timeout=300, limits=limits) as via,
+    ):
+        clients = {"direct": direct, "worker": via}
+        for path in PATHS:  # open each path's connections before timing
+            await _round(clients[path], urls[path], model, streams, tokens)
+        for _ in range(rounds):
+            for path in PATHS:
+                before = cpu_seconds([worker_pid]), cpu_seconds([api_server]), time.perf_counter()
+                result = await _round(clients[path], urls[path], model, streams, tokens)
+                cpu[path]["worker"] += cpu_seconds([worker_pid]) - before[0]
+                cpu[path]["api_server"] += cpu_seconds([api_server]) - before[1]
+                cpu[path]["tokens"] += result["tokens_per_s"] * (time.perf_counter() - before[2])
+                tries[path].append(result)
+    return tries, cpu
 
 
 def measure(
@@ -135,32 +189,29 @@ def measure(
     streams_list: tuple[int, ...],
     rounds: int,
     tokens: int,
+    ttft_samples: int,
 ) -> list[dict[str, Any]]:
     """The rounds of each path; beside its figures, the CPU the worker and the engine's HTTP
-    process (``api_server``) spent per token during them."""
+    process (``api_server``) spent per token during them. One stream's TTFT is the median of
+    ``ttft_samples`` short streams per path (:func:`_first_tokens`), not of the rounds'."""
     worker_url, worker_pid = worker
+    urls = {"direct": direct_url, "worker": worker_url}
+    first = asyncio.run(_first_tokens(urls, model, ttft_samples)) if 1 in streams_list else {}
     cells = []
     for streams in streams_list:
-        asyncio.run(_round(direct_url, model, streams, tokens))  # warm both paths' connections
-        asyncio.run(_round(worker_url, model, streams, tokens))
-        tries: dict[str, list[dict[str, float]]] = {p: [] for p in PATHS}
-        cpu = {p: {"worker": 0.0, "api_server": 0.0, "tokens": 0.0} for p in PATHS}
-        for _ in range(rounds):
-            for path, base in (("direct", direct_url), ("worker", worker_url)):
-                before = cpu_seconds([worker_pid]), cpu_seconds([api_server]), time.perf_counter()
-                result = asyncio.run(_round(base, model, streams, tokens))
-                cpu[path]["worker"] += cpu_seconds([worker_pid]) - before[0]
-                cpu[path]["api_server"] += cpu_seconds([api_server]) - before[1]
-                cpu[path]["tokens"] += result["tokens_per_s"] * (time.perf_counter() - before[2])
-                tries[path].append(result)
+        tries, cpu = asyncio.run(
+            _rounds(urls, (worker_pid, api_server), model, streams, rounds, tokens)
+        )
         for path in PATHS:
             produced = cpu[path]["tokens"] or 1.0
+            ttfts = first[path] if streams == 1 else [r["ttft_s"] for r in tries[path]]
             cells.append(
                 {
                     "path": path,
                     "streams": streams,
                     "tokens_per_s": statistics.median(r["tokens_per_s"] for r in tries[path]),
-                    "ttft_p50_s": statistics.median(r["ttft_s"] for r in tries[path]),
+                    "ttft_p50_s": statistics.median(ttfts),
+                    "ttft_samples": len(ttfts),
                     "worker_us_per_token": cpu[path]["worker"] / produced * 1e6,
                     "api_server_us_per_token": cpu[path]["api_server"] / produced * 1e6,
                     "rounds": tries[path],
@@ -212,6 +263,9 @@ def main(bench: EngineBench, argv: Sequence[str] | None, description: str) -> in
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=bench.rounds)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument(
+        "--ttft-samples", type=int, default=301, help="short streams per path for one's TTFT"
+    )
     parser.add_argument("--no-record", action="store_true", help="print, do not write the doc")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args(argv)
@@ -247,6 +301,7 @@ def main(bench: EngineBench, argv: Sequence[str] | None, description: str) -> in
             streams_list=bench.streams,
             rounds=args.rounds,
             tokens=args.tokens,
+            ttft_samples=args.ttft_samples,
         )
     top = bench.module.split(".", 1)[0]
     version = subprocess.run(
@@ -261,12 +316,15 @@ def main(bench: EngineBench, argv: Sequence[str] | None, description: str) -> in
         bench.name: version,
         "tokens": args.tokens,
         "rounds": args.rounds,
+        "ttft_samples": args.ttft_samples,
         "cells": cells,
         "load": load,
     }
     write_result(bench.name, result)
-    command = f".venv/bin/python -m tests.bench.bench_{bench.name}" + (
-        f" --rounds {args.rounds}" if args.rounds != bench.rounds else ""
+    command = (
+        f".venv/bin/python -m tests.bench.bench_{bench.name}"
+        + (f" --rounds {args.rounds}" if args.rounds != bench.rounds else "")
+        + (f" --ttft-samples {args.ttft_samples}" if args.ttft_samples != 301 else "")
     )
     text = bench.section(result, command)
     print(text)

@@ -34,6 +34,15 @@ __all__ = ["SECTION", "main"]
 
 SECTION = "## SGLang behind the worker"
 STREAMS = (1, 8)
+# What earlier runs showed, for the reader of one run's figures.
+HISTORY = (
+    "How it was measured before: one TTFT per 64-token round, each round on a new client "
+    "connection, could not tell a few ms apart (the engine's own TTFT then varied from 26 to "
+    "80 ms between requests; five runs of 7-41 rounds on 2026-12-07 gave +3.6 to +12.4 ms "
+    "added). With the TTFT samples, two runs before this one (kept-alive clients for the "
+    "samples, a new connection per round) gave +2.0 and +2.2 ms added and 92.9% and 96.3% "
+    "of direct tokens/s."
+)
 ENGINE_MODULE = "sglang.launch_server"
 
 
@@ -51,7 +60,9 @@ def section(result: dict[str, Any], command: str) -> str:
         f"{result['sglang']} on cpu devices, tiny Llama, float32) at width 1, its launcher, "
         "scheduler and detokenizer on core 0 (the block's core, as the worker places them), "
         f"the worker and the client on core 1; {result['tokens']} tokens per streamed "
-        f"completion, medians of {result['rounds']} alternating rounds per path.",
+        f"completion, medians of {result['rounds']} alternating rounds per path; one "
+        f"stream's TTFT the median of {result['ttft_samples']} 2-token streams per path, "
+        "alternating one by one on kept-alive clients.",
         "",
         *table(result["cells"], STREAMS, "SGLang launcher"),
         "",
@@ -64,11 +75,7 @@ def section(result: dict[str, Any], command: str) -> str:
         "",
         f"Targets (issue 46): worker >= 95% of direct tokens/s at 1 stream ({ratio:.1%}); "
         f"<= 5 ms added to TTFT p50 ({added_ttft:+.1f} ms); <= 1 s added to a load beyond the "
-        f"engine's own start ({load['added_s']:.2f} s). One stream's figures move between runs "
-        "on this machine: on 2026-12-07 five runs (7, 11, 41, 41 and 41 rounds) gave +4.5, "
-        "+7.6, +5.8, +3.7 and +5.9 ms of added TTFT and 94.4%, 97.4%, 96.0%, 95.2% and 95.8% "
-        "of direct tokens/s, so the worker sits at the edge of the TTFT target rather than "
-        "inside it. The load's figure has the "
+        f"engine's own start ({load['added_s']:.2f} s). {HISTORY} The load's figure has the "
         "resolution of SGLang's `/health`, a generation of a second or more per call: the "
         "engine's start and the worker's readiness poll see the same first 200, and what the "
         "worker adds is within it.",

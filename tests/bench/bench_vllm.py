@@ -59,7 +59,8 @@ def section(result: dict[str, Any], command: str) -> str:
         f"{result['vllm']} CPU build, tiny Llama, bfloat16, `--enforce-eager`, batch of 8) at "
         "width 1, its rank alone on core 0, the worker, the engine's API server and the "
         f"client on core 1; {result['tokens']} tokens per streamed completion, medians of "
-        f"{result['rounds']} alternating rounds per path.",
+        f"{result['rounds']} alternating rounds per path; one stream's TTFT the median of "
+        f"{result['ttft_samples']} 2-token streams per path, alternating.",
         "",
         *table(result["cells"], STREAMS, "API server"),
     ]

@@ -7,6 +7,7 @@ its parser, each once or twice, so a pytest process imports each release once.""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import subprocess
@@ -33,9 +34,10 @@ def parse(request: dict[str, Any], python_path: Path | None = None) -> dict[str,
     process.stdin.flush()
     line = process.stdout.readline()
     if not line:  # it died: its stderr says why
-        _harnesses.pop(str(python_path or ""), None)
         log.seek(0)
-        raise AssertionError(f"the SGLang parser harness exited:\n{log.read()[-3000:]}")
+        why = log.read()[-3000:]
+        _discard(str(python_path or ""))
+        raise AssertionError(f"the SGLang parser harness exited:\n{why}")
     answer: dict[str, Any] = json.loads(line)
     return answer
 
@@ -44,6 +46,7 @@ def _harness(python_path: Path | None) -> tuple[subprocess.Popen[str], IO[str]]:
     key = str(python_path or "")
     if key in _harnesses and _harnesses[key][0].poll() is None:
         return _harnesses[key]
+    _discard(key)  # one that died: its pipes and log closed, not left to the collector
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
     env["HF_HUB_OFFLINE"] = "1"
     if python_path is not None:
@@ -62,14 +65,26 @@ def _harness(python_path: Path | None) -> tuple[subprocess.Popen[str], IO[str]]:
     return process, log
 
 
+def _discard(key: str) -> None:
+    """Stop the harness of ``key`` if there is one, and close its pipes and log."""
+    found = _harnesses.pop(key, None)
+    if found is None:
+        return
+    process, log = found
+    if process.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):  # it died with a line unread
+            process.stdin.close()  # its loop ends with stdin
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+    log.close()
+
+
 @atexit.register
 def _stop() -> None:
-    for process, log in _harnesses.values():
-        if process.stdin is not None:
-            process.stdin.close()  # its loop ends with stdin
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    for key in list(_harnesses):
+        _discard(key)

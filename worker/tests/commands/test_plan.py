@@ -161,6 +161,7 @@ def test_transformers_model_plans_the_default_engine(
 
 
 @pytest.mark.slow  # imports SGLang's parser in a fresh interpreter
+@pytest.mark.torch
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="sglang is not installed")
 def test_printed_argv_is_accepted_by_sglangs_parser() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}

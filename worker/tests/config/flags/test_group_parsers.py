@@ -119,6 +119,7 @@ def _check_sglang(cases: list[tuple[dict[str, int], list[str]]], results: list[A
             assert values["dist_init_addr"] == f"{LEADER}:30401", argv
 
 
+@pytest.mark.torch  # SGLang's own parser and ServerArgs
 def test_sglangs_parser_and_server_args_read_every_ranks_argv() -> None:
     if importlib.util.find_spec("sglang") is None:
         missing("sglang is not installed (scripts/setup installs its parser)")
@@ -127,6 +128,7 @@ def test_sglangs_parser_and_server_args_read_every_ranks_argv() -> None:
     _check_sglang(cases, sglang_parser.parse(request)["argvs"])
 
 
+@pytest.mark.torch  # SGLang 0.5.10's own parser
 def test_the_old_sglang_bundles_parser_reads_every_ranks_argv() -> None:
     if not (OLD_PATH / "sglang").is_dir():
         missing(f"no SGLang 0.5.10 parser in {OLD_PATH} (scripts/setup-tools puts it there)")

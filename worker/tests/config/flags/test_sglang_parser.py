@@ -232,6 +232,10 @@ def _release(version: str, python_path: Path | None, *, server_args: bool) -> di
     }
 
 
+# Every test here runs a release of SGLang's own parser (torch imported with it).
+pytestmark = pytest.mark.torch
+
+
 @pytest.fixture(scope="module")
 def sglang_pinned() -> dict[str, Any]:
     if importlib.util.find_spec("sglang") is None:
