@@ -79,3 +79,18 @@ find_python312() {
   fi
   return 1
 }
+
+# children_cpu: sets cpu_now to the whole CPU-seconds (user + system) of the calling shell's
+# children that have ended and been waited for: their processes and theirs, as each parent
+# reaped them (a process left to init is not counted). Call it as a command, not in $(...):
+# `times` there would count the subshell's children, none.
+children_cpu() {
+  local file
+  file=$(mktemp)
+  times >"$file"
+  cpu_now=$(awk 'NR == 2 {
+    for (i = 1; i <= 2; i++) { split($i, t, "m"); sub("s", "", t[2]); s += t[1] * 60 + t[2] }
+    printf "%d\n", s
+  }' "$file")
+  rm -f "$file"
+}

@@ -91,3 +91,33 @@ def test_make_help_and_the_readme_name_make_check() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "`make check`" in readme
     assert readme.index("make test") < readme.index("`make check`")
+
+
+def test_children_cpu_counts_the_cpu_seconds_of_the_processes_a_step_ran() -> None:
+    # The closing table's cpu column: what a step's processes used, as their parents reaped
+    # them; here a child that spins for 2.2 CPU-seconds, and one that sleeps.
+    script = (
+        "source scripts/lib.sh\n"
+        "children_cpu; before=$cpu_now\n"
+        f"{sys.executable} -c 'import time\nt = time.process_time()\n"
+        "while time.process_time() - t < 2.2: pass'\n"
+        "sleep 1\n"
+        "children_cpu; echo $((cpu_now - before))\n"
+    )
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert 2 <= int(result.stdout.split()[-1]) <= 3  # whole seconds; the sleep adds none
+
+
+def test_the_closing_table_gives_each_steps_time_and_cpu_seconds() -> None:
+    result = subprocess.run(
+        ["scripts/test", "ruff format"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout
+    lines = result.stdout.splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("step ")))
+    assert lines[header].split() == ["step", "result", "time", "cpu", "note"]
+    assert re.fullmatch(r"ruff format +pass +\d+s +\d+s\s*", lines[header + 1])
+    assert lines[-1] == "checks: 1 passed, 0 failed, 0 skipped"
