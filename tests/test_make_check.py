@@ -7,8 +7,10 @@ from __future__ import annotations
 import configparser
 import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.repo import ROOT, make_dry_run
 
@@ -121,3 +123,31 @@ def test_the_closing_table_gives_each_steps_time_and_cpu_seconds() -> None:
     assert lines[header].split() == ["step", "result", "time", "cpu", "note"]
     assert re.fullmatch(r"ruff format +pass +\d+s +\d+s\s*", lines[header + 1])
     assert lines[-1] == "checks: 1 passed, 0 failed, 0 skipped"
+
+
+def test_a_steps_cpu_counts_the_processes_it_left_behind(tmp_path: Path) -> None:
+    # An engine's ranks outlive a launcher a test killed; scripts/test reaps such orphans
+    # itself, so their CPU counts. Here the step's command leaves a child spinning for 2.2
+    # CPU-seconds and exits while it runs (a copy of scripts/test, its hadolint a stand-in).
+    (tmp_path / "scripts").mkdir()
+    for name in ("test", "lib.sh"):
+        shutil.copy2(ROOT / "scripts" / name, tmp_path / "scripts" / name)
+    tools = tmp_path / ".tools" / "bin"
+    tools.mkdir(parents=True)
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.2: pass"
+    (tools / "hadolint").write_text(
+        f"#!/usr/bin/env bash\n({sys.executable} -c '{spin}' &)\nsleep 4\n"
+    )
+    (tools / "hadolint").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "SIE_TEST_REAPER"}
+    result = subprocess.run(
+        [str(tmp_path / "scripts" / "test"), "hadolint"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("hadolint "))
+    assert 2 <= int(row.split()[3].rstrip("s")) <= 3, row
