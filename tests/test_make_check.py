@@ -129,25 +129,64 @@ def test_a_steps_cpu_counts_the_processes_it_left_behind(tmp_path: Path) -> None
     # An engine's ranks outlive a launcher a test killed; scripts/test reaps such orphans
     # itself, so their CPU counts. Here the step's command leaves a child spinning for 2.2
     # CPU-seconds and exits while it runs (a copy of scripts/test, its hadolint a stand-in).
-    (tmp_path / "scripts").mkdir()
-    for name in ("test", "lib.sh"):
-        shutil.copy2(ROOT / "scripts" / name, tmp_path / "scripts" / name)
-    tools = tmp_path / ".tools" / "bin"
-    tools.mkdir(parents=True)
+    tools = _copy_of_scripts_test(tmp_path)
     spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.2: pass"
     (tools / "hadolint").write_text(
         f"#!/usr/bin/env bash\n({sys.executable} -c '{spin}' &)\nsleep 4\n"
     )
     (tools / "hadolint").chmod(0o755)
+    result = _run_copy(tmp_path, "hadolint")
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("hadolint "))
+    assert 2 <= int(row.split()[3].rstrip("s")) <= 3, row
+
+
+def test_an_engine_step_runs_as_many_of_its_modules_at_once_as_its_table_line_says(
+    tmp_path: Path,
+) -> None:
+    # A copy of scripts/test whose pytest is a stand-in recording its arguments, and whose
+    # engines look installed.
+    tools = _copy_of_scripts_test(tmp_path)
+    calls = tmp_path / "calls"
+    (tools / "pytest").write_text(f'#!/usr/bin/env bash\necho "$*" >>{calls}\n')
+    table = re.search(
+        r"^engines=\(\n(.*?)^\)", (ROOT / "scripts" / "test").read_text(), re.M | re.S
+    )
+    assert table is not None
+    lines = [line.strip().strip('"').split() for line in table[1].splitlines()]
+    for marker, installed, _setup, at_once in lines:
+        assert int(at_once) >= 1, marker
+        (tmp_path / installed).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / installed).write_text("#!/bin/sh\n")
+        (tmp_path / installed).chmod(0o755)
+    (tools / "pytest").chmod(0o755)
+    result = _run_copy(tmp_path, *(f"pytest {line[0]}" for line in lines))
+    assert result.returncode == 0, result.stdout + result.stderr
+    ran = calls.read_text().splitlines()
+    assert len(ran) == len(lines)
+    for (marker, _installed, _setup, at_once), argv in zip(lines, ran, strict=True):
+        assert argv.endswith(f"-m {marker}"), argv
+        assert (f"-n {at_once} --dist loadfile" in argv) == (int(at_once) > 1), argv
+    assert {"vllm", "sglang"} <= {line[0] for line in lines if int(line[3]) > 1}
+
+
+def _copy_of_scripts_test(root: Path) -> Path:
+    """scripts/test and its library copied under ``root``; the tools folder for stand-ins."""
+    (root / "scripts").mkdir()
+    for name in ("test", "lib.sh"):
+        shutil.copy2(ROOT / "scripts" / name, root / "scripts" / name)
+    tools = root / ".tools" / "bin"
+    tools.mkdir(parents=True)
+    return tools
+
+
+def _run_copy(root: Path, *steps: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SIE_TEST_REAPER"}
-    result = subprocess.run(
-        [str(tmp_path / "scripts" / "test"), "hadolint"],
-        cwd=tmp_path,
+    return subprocess.run(
+        [str(root / "scripts" / "test"), *steps],
+        cwd=root,
         capture_output=True,
         text=True,
         timeout=60,
         env=env,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    row = next(line for line in result.stdout.splitlines() if line.startswith("hadolint "))
-    assert 2 <= int(row.split()[3].rstrip("s")) <= 3, row

@@ -2,13 +2,14 @@
 processes, the shared memory they map, and requests through the worker. Shared by the modules
 that run vLLM's CPU build, SGLang and llama.cpp on cpu devices through workers
 (test_vllm_engine, test_vllm_pipeline, test_vllm_group, test_sglang_engine,
-test_llamacpp_engine, test_llamacpp_group), and the two ranks of a group of nodes on one
-machine (:class:`Pair`)."""
+test_sglang_models, test_llamacpp_engine, test_llamacpp_group), and the two ranks of a group
+of nodes on one machine (:class:`Pair`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.reliability._support import Launcher, Worker, engine_of
+from tests.reliability._support import WORKER_MARKER, Launcher, Worker, engine_of
+from tests.support.sglang_engine import SGLANG_BUNDLE, SGLANG_SHM, sglang_command
 from tests.support.worker_fixtures import WorkerProcess, wait_until
 
 __all__ = [
@@ -28,8 +30,10 @@ __all__ = [
     "load",
     "rank_processes",
     "readyz",
+    "sglang_shm_left",
     "shared_memory",
     "shm_left",
+    "start_sglang_worker",
     "stream",
     "vllm_shm_left",
 ]
@@ -110,18 +114,62 @@ def stream(worker: WorkerProcess, path: str, body: dict[str, Any]) -> list[str]:
 
 
 @contextlib.contextmanager
-def shm_left(*patterns: str) -> Iterator[None]:
+def shm_left(*patterns: str, launcher: Launcher) -> Iterator[None]:
     """Fails when files of these glob patterns appeared in /dev/shm inside the block and
-    stayed."""
+    stayed, once the engines of ``launcher``'s workers are gone.
+
+    Real-engine modules run side by side (``pytest vllm`` runs two at once): a file that a
+    live engine of another module maps is that module's; one that no one maps gets 30 s to
+    go (another module's engine may be removing its own), then counts as left."""
     before = {path for pattern in patterns for path in SHM.glob(pattern)}
     yield
-    left = {path for pattern in patterns for path in SHM.glob(pattern)} - before
-    assert not left, f"shared memory of engines left behind: {sorted(left)}"
+
+    def left() -> set[Path]:
+        new = {path for pattern in patterns for path in SHM.glob(pattern)} - before
+        return new - _mapped_by_others(launcher) if new else new
+
+    deadline = time.monotonic() + 30
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    remaining = left()
+    assert not remaining, f"shared memory of engines left behind: {sorted(remaining)}"
 
 
-def vllm_shm_left() -> contextlib.AbstractContextManager[None]:
+def _mapped_by_others(launcher: Launcher) -> set[Path]:
+    """The /dev/shm files mapped by live engines of workers ``launcher`` did not start."""
+    ours = {worker.book.marker for worker in launcher.workers}
+    found: set[Path] = set()
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            marker = process.environ().get(WORKER_MARKER)
+            if marker and marker not in ours:
+                found |= shared_memory([process])
+    return found
+
+
+@contextlib.contextmanager
+def sglang_shm_left(worker: Worker, launcher: Launcher) -> Iterator[None]:
+    """:func:`shm_left` of SGLang's files, checked once ``worker`` has stopped (whatever
+    engine it still ran goes with it)."""
+    with shm_left(*SGLANG_SHM, launcher=launcher):
+        yield
+        worker.stop()
+
+
+def start_sglang_worker(launcher: Launcher, configs: list[dict[str, Any]], **env: str) -> Worker:
+    """A worker on ``cpu:0,cpu:1`` whose SGLang is the real one (``.venv-sglang``)."""
+    settings = {
+        "SIE_BUNDLE": SGLANG_BUNDLE,
+        "SIE_SGLANG_COMMAND": sglang_command(),
+        "SIE_ENGINE_STOP_GRACE_S": "15",
+        **env,
+    }
+    return launcher.start(configs, devices="cpu:0,cpu:1", env=settings)
+
+
+def vllm_shm_left(launcher: Launcher) -> contextlib.AbstractContextManager[None]:
     """:func:`shm_left` of vLLM's files."""
-    return shm_left("vllm*")
+    return shm_left("vllm*", launcher=launcher)
 
 
 class Pair:

@@ -53,6 +53,7 @@ from tests.support.worker_fixtures import (
 
 __all__ = [
     "LOAD_ERRORS",
+    "WORKER_MARKER",
     "EngineBook",
     "Launcher",
     "Worker",
@@ -75,7 +76,8 @@ _BASE_ENV = {
 }
 
 
-_MARKER = "RELIABILITY_TEST_WORKER"
+# Every engine and rank inherits it from its worker: whose processes they are.
+WORKER_MARKER = "RELIABILITY_TEST_WORKER"
 
 
 # What any request to a busy worker may meet: its model loading, evicted, failing or slow.
@@ -122,7 +124,7 @@ class EngineBook:
             with contextlib.suppress(ProcessLookupError, psutil.Error):
                 if (
                     os.getpgid(process.pid) in wanted
-                    and process.environ().get(_MARKER) == self.marker
+                    and process.environ().get(WORKER_MARKER) == self.marker
                 ):
                     found.append(process.pid)
         return found
@@ -221,7 +223,7 @@ class Launcher:
             full_env["SIE_API_KEY"] = api_key
         full_env.update(env or {})
         book = EngineBook()
-        full_env[_MARKER] = book.marker
+        full_env[WORKER_MARKER] = book.marker
         # ``prefix``: a command the worker runs under (``taskset -c 1``: a node of one core).
         serve = [sys.executable, "-m", "sie_worker", "serve", "--config-dir", str(directory)]
         argv = [*prefix, *serve]

@@ -5,10 +5,11 @@ the tests' stand-in for its CPU kernel module; the model a tiny Llama built here
 The worker's devices are ``cpu:0,cpu:1`` (one core each), so a width-2 model is a real TP=2
 engine: SGLang's launcher (HTTP and tokenizer), two scheduler ranks (``sglang::scheduler_TP0``
 and ``TP1``) and a detokenizer, their messages through shared memory in ``/dev/shm``; a model
-of two pipeline stages is two schedulers ``sglang::scheduler_PP0`` and ``PP1``. The
-tests share one worker and run in order (the ``pytest sglang`` step of ``make test``): each
-leaves the worker as the next one expects. Outputs of random weights are checked for shape,
-never for text.
+of two pipeline stages is two schedulers ``sglang::scheduler_PP0`` and ``PP1``
+(``test_sglang_models``, with the embedding model and a refused flag: a module of its own so
+that the ``pytest sglang`` step runs it beside this one). The tests share one worker and run
+in order: each leaves the worker as the next one expects. Outputs of random weights are
+checked for shape, never for text.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from tests.reliability._engine_group import (
     gone,
     load,
     rank_processes,
+    sglang_shm_left,
     shared_memory,
-    shm_left,
+    start_sglang_worker,
     stream,
 )
 from tests.reliability._support import Launcher, Worker
-from tests.support.sglang_engine import SGLANG_BUNDLE, sglang_command, sglang_model
+from tests.support.sglang_engine import SCHEDULER, sglang_model
 from tests.support.sie_sdk import SdkRunner
 from tests.support.tiny_models import minilm_model_dir
 from tests.support.worker_fixtures import wait_until
@@ -41,14 +43,8 @@ from tests.support.worker_fixtures import wait_until
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 TP2 = "tiny/sglang-tp2"
-PP2 = "tiny/sglang-pp2"
 TP1 = "tiny/sglang-tp1"
-EMBED = "tiny/sglang-embed"
-BAD = "tiny/sglang-bad-flag"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-SCHEDULER = "sglang::scheduler_"
-# What SGLang leaves in /dev/shm after any stop, clean or not (the worker removes them).
-SGLANG_SHM = ("sgl_shm_mq_*", "sglang_loads_*")
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +52,7 @@ def worker(module_launcher: Launcher, tiny_vllm_llama_dir: Path) -> Worker:
     model = tiny_vllm_llama_dir
     configs = [
         sglang_model(TP2, model, width=2),
-        sglang_model(PP2, model, pipeline_parallel_size=2),
         sglang_model(TP1, model),
-        sglang_model(EMBED, model, embedding=True),
-        sglang_model(BAD, model, args=["--max-running-requests", "many"]),
         {
             "sie_id": MINILM,
             "model_path": str(minilm_model_dir()),
@@ -69,22 +62,14 @@ def worker(module_launcher: Launcher, tiny_vllm_llama_dir: Path) -> Worker:
             },
         },
     ]
-    env = {
-        "SIE_BUNDLE": SGLANG_BUNDLE,
-        "SIE_SGLANG_COMMAND": sglang_command(),
-        # Width-1 models share a device by memory: pack them onto one.
-        "SIE_PLACEMENT_STRATEGY": "pack",
-        "SIE_ENGINE_STOP_GRACE_S": "15",
-    }
-    return module_launcher.start(configs, devices="cpu:0,cpu:1", env=env)
+    # Width-1 models share a device by memory: pack them onto one.
+    return start_sglang_worker(module_launcher, configs, SIE_PLACEMENT_STRATEGY="pack")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _no_sglang_shared_memory_left(worker: Worker) -> Iterator[None]:
-    # Checked once the worker has stopped: whatever engine it still ran goes with it.
-    with shm_left(*SGLANG_SHM):
+def _no_sglang_shared_memory_left(worker: Worker, module_launcher: Launcher) -> Iterator[None]:
+    with sglang_shm_left(worker, module_launcher):
         yield
-        worker.stop()
 
 
 def test_a_width_2_model_is_two_scheduler_ranks_on_the_blocks_cores(worker: Worker) -> None:
@@ -221,75 +206,10 @@ def test_a_width_1_model_evicts_the_group_and_shares_its_device_with_a_default_e
     assert len(embedded.json()["data"][0]["embedding"]) == 384
 
 
-def test_an_embedding_model_answers_openai_embeddings_and_sie_encode(
-    worker: Worker, sie_sdk: SdkRunner
-) -> None:
-    loaded = load(worker, EMBED)
-    assert loaded.status_code == 200, loaded.text
-    with worker.client(timeout=120) as client:
-        embedded = client.post("/v1/embeddings", json={"model": EMBED, "input": ["Hello", "Hi"]})
-    assert embedded.status_code == 200, embedded.text
-    vectors = [d["embedding"] for d in embedded.json()["data"]]
-    assert [len(v) for v in vectors] == [128, 128]
-    result = sie_sdk.run(
-        "client = SIEClient(url, timeout_s=300)\n"
-        "dense = client.encode(model, {'text': 'Hello'})['dense']\n"
-        "result = {'dim': int(dense.shape[0]), 'dtype': str(dense.dtype),\n"
-        "          'values': [float(x) for x in dense]}",
-        url=worker.url,
-        model=EMBED,
-    )
-    assert (result["dim"], result["dtype"]) == (128, "float32")
-    assert all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(
-        result["values"], vectors[0], strict=True
-    ))  # fmt: skip
-
-
 def test_unloading_leaves_no_process_and_no_shared_memory(worker: Worker) -> None:
-    for model in (TP1, EMBED):
-        group = engine_group(worker, model)
-        files = shared_memory(group)
-        assert files, "SGLang's message queues are in /dev/shm"
-        with worker.client(timeout=120) as client:
-            assert client.post(f"/v1/models/{model}/unload").status_code == 200
-        assert gone(group, files)  # the unload answers once the engine is gone
-
-
-def test_a_flag_sglang_refuses_fails_the_load_with_sglangs_own_message(worker: Worker) -> None:
-    refused = load(worker, BAD)
-    assert refused.status_code == 502, refused.text
-    error = refused.json()["error"]
-    assert error["code"] == "load_failed"
-    assert "argument --max-running-requests: invalid int value: 'many'" in error["message"]
-    assert worker.models()[BAD]["state"] == "failed"
-    assert worker.engines().get(BAD) is None
-
-
-def test_a_model_of_two_pipeline_stages_answers_and_its_second_stage_killed_fails_it(
-    worker: Worker,
-) -> None:
-    loaded = load(worker, PP2)
-    assert loaded.status_code == 200, loaded.text
-    assert loaded.json()["devices"] == ["cpu:0", "cpu:1"]
-    group = engine_group(worker, PP2)
-    argv = group[0].cmdline()
-    assert argv[argv.index("--pp-size") + 1] == "2"
-    assert argv[argv.index("--tp-size") + 1] == "1"
-    stages = rank_processes(group, SCHEDULER)
-    assert sorted(stages) == ["sglang::scheduler_PP0", "sglang::scheduler_PP1"]
-    completion = complete(worker, PP2, ignore_eos=True)
-    assert completion.status_code == 200, completion.text
-    assert completion.json()["usage"]["completion_tokens"] == 6
-    chat = {"model": PP2, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
-            "stream": True, "ignore_eos": True}  # fmt: skip
-    events = stream(worker, "/v1/chat/completions", chat)
-    assert events[-1] == "[DONE]"
-    assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+    group = engine_group(worker, TP1)
     files = shared_memory(group)
-    stage = stages["sglang::scheduler_PP1"]
-    stage.send_signal(signal.SIGKILL)
-    wait_until(lambda: worker.models()[PP2]["state"] == "failed", timeout=60)
-    model = worker.models()[PP2]
-    assert f"its rank process 'sglang::scheduler_PP1' (pid {stage.pid}) exited" in model["error"]
-    assert model["devices"] == []
-    wait_until(lambda: gone(group, files), timeout=60)  # every process, every shm file
+    assert files, "SGLang's message queues are in /dev/shm"
+    with worker.client(timeout=120) as client:
+        assert client.post(f"/v1/models/{TP1}/unload").status_code == 200
+    assert gone(group, files)  # the unload answers once the engine is gone

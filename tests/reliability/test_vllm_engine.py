@@ -211,6 +211,6 @@ def test_a_flag_vllm_refuses_fails_the_load_with_vllms_own_message(worker: Worke
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _no_vllm_shared_memory_left(worker: Worker) -> Iterator[None]:
-    with vllm_shm_left():
+def _no_vllm_shared_memory_left(worker: Worker, module_launcher: Launcher) -> Iterator[None]:
+    with vllm_shm_left(module_launcher):
         yield

@@ -77,8 +77,8 @@ def pair(module_launcher: Launcher, tiny_vllm_llama_dir: Path) -> Pair:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _no_vllm_shared_memory_left() -> Iterator[None]:
-    with vllm_shm_left():
+def _no_vllm_shared_memory_left(module_launcher: Launcher) -> Iterator[None]:
+    with vllm_shm_left(module_launcher):
         yield
 
 

@@ -55,8 +55,8 @@ def worker(module_launcher: Launcher, tiny_vllm_llama_dir: Path) -> Worker:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _no_vllm_shared_memory_left(worker: Worker) -> Iterator[None]:
-    with vllm_shm_left():
+def _no_vllm_shared_memory_left(worker: Worker, module_launcher: Launcher) -> Iterator[None]:
+    with vllm_shm_left(module_launcher):
         yield
 
 

@@ -58,12 +58,12 @@ def tiny_lora_dirs(
     tmp_path_factory: pytest.TempPathFactory, tiny_llama_dir: Path
 ) -> dict[str, Path]:
     _require("peft", "the default engine's extra (peft) is not installed")
-    return {
-        name: _shared_build(
-            tmp_path_factory, f"tiny-lora-{name}", "--lora", str(tiny_llama_dir), str(seed)
-        )
-        for seed, name in enumerate("abcd", start=1)
-    }
+    seeds = {name: str(seed) for seed, name in enumerate("abcd", start=1)}
+    # why: one process builds all four (each build imports torch, about 5 CPU-seconds)
+    built = _shared_build(
+        tmp_path_factory, "tiny-loras", "--lora", str(tiny_llama_dir), *seeds.values()
+    )
+    return {name: built / seed for name, seed in seeds.items()}
 
 
 @pytest.fixture(scope="session")

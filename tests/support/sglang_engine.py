@@ -19,14 +19,19 @@ import pytest
 from tests.support.repo import ROOT
 
 __all__ = [
+    "SCHEDULER",
     "SGLANG_BUNDLE",
     "SGLANG_EMBEDDING",
     "SGLANG_GENERATION",
+    "SGLANG_SHM",
     "sglang_command",
     "sglang_model",
 ]
 
 SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
+SCHEDULER = "sglang::scheduler_"  # the title prefix of SGLang's rank processes
+# What SGLang leaves in /dev/shm after any stop, clean or not (the worker removes them).
+SGLANG_SHM = ("sgl_shm_mq_*", "sglang_loads_*")
 SGLANG_BUNDLE = "sglang-cu130"
 SGLANG_GENERATION = "sie_server.adapters.sglang.cuda13:SGLangCuda13Adapter"
 SGLANG_EMBEDDING = "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter"

@@ -10,7 +10,8 @@ classification, one label) for scoring. ``build_tiny_lora(base, dst)`` writes a 
 adapter of the tiny Llama (rank 4 on every projection, ``lora_B`` random rather than zero,
 so it changes the model's output from the first token). Used by pytest fixtures and by the
 GPU check (``python tests/support/tiny_models.py DIR [--bert|--cross-encoder|--lora BASE
-SEED|--head-dim N]``; vLLM's CPU attention needs ``--head-dim 32``).
+SEED...|--head-dim N]``; vLLM's CPU attention needs ``--head-dim 32``; ``--lora`` with several
+seeds writes one adapter per seed, ``DIR/SEED``, in one process: each build imports torch).
 """
 
 from __future__ import annotations
@@ -230,21 +231,25 @@ def minilm_model_dir() -> Path:
 
 
 if __name__ == "__main__":
-    lora = len(sys.argv) == 5 and sys.argv[2] == "--lora"
+    lora = len(sys.argv) >= 5 and sys.argv[2] == "--lora" and all(a.isdigit() for a in sys.argv[4:])
     head_dim = len(sys.argv) == 4 and sys.argv[2] == "--head-dim" and sys.argv[3].isdigit()
     if not (lora or head_dim) and (
         len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--bert"], ["--cross-encoder"])
     ):
         sys.exit(
             "usage: python tests/support/tiny_models.py DIR "
-            "[--bert|--cross-encoder|--lora BASE SEED|--head-dim N]"
+            "[--bert|--cross-encoder|--lora BASE SEED...|--head-dim N]"
         )
     if head_dim:
         built = build_tiny_llama(Path(sys.argv[1]), head_dim=int(sys.argv[3]))
         print(json.dumps({"tiny_llama": str(built)}))
-    elif lora:
+    elif lora and len(sys.argv) == 5:
         built = build_tiny_lora(Path(sys.argv[3]), Path(sys.argv[1]), seed=int(sys.argv[4]))
         print(json.dumps({"tiny_lora": str(built)}))
+    elif lora:
+        base, into = Path(sys.argv[3]), Path(sys.argv[1])
+        loras = {s: str(build_tiny_lora(base, into / s, seed=int(s))) for s in sys.argv[4:]}
+        print(json.dumps({"tiny_loras": loras}))
     elif sys.argv[2:] == ["--bert"]:
         print(json.dumps({"tiny_bert": str(build_tiny_bert(Path(sys.argv[1])))}))
     elif sys.argv[2:] == ["--cross-encoder"]:

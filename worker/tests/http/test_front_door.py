@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
+from tests.support.asgi_server import serve
 
 from sie_worker.errors import InvalidRequest
 from sie_worker.http.front_door import FrontDoor
@@ -130,3 +132,55 @@ def test_the_front_door_keeps_the_wired_apps_rule_on_body_rewriting_middleware()
     app = FrontDoor(middleware=[Middleware(_Gzip)])  # type: ignore[arg-type]
     with pytest.raises(BodyRewritingMiddleware, match="_Gzip may rewrite"):
         app.build_middleware_stack()
+
+
+@pytest.mark.anyio
+async def test_a_request_still_waiting_when_the_drain_ends_gets_a_json_error() -> None:
+    entered = asyncio.Event()
+
+    async def wait_forever(request: Request) -> Response:
+        entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    app = FrontDoor([Route("/v1/x", wait_forever, methods=["POST"])])
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with serve(app) as port:  # leaving it stops the server: a 1 s drain
+            asking = asyncio.create_task(client.post(f"http://127.0.0.1:{port}/v1/x"))
+            await entered.wait()
+        answer = await asking
+    assert answer.status_code == 502
+    error = answer.json()["error"]
+    assert error["code"] == "engine_unavailable"
+    assert "SIE_DRAIN_TIMEOUT_S" in error["message"]
+    assert answer.headers["x-request-id"]
+
+
+@pytest.mark.anyio
+async def test_an_answer_begun_when_the_drain_ends_is_cut_not_finished_with_an_error() -> None:
+    async def stream_forever(request: Request) -> Response:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"data: 1\n\n"
+            await asyncio.Event().wait()
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    app = FrontDoor([Route("/v1/x", stream_forever, methods=["POST"])])
+    received: list[bytes] = []
+    first = asyncio.Event()
+
+    async def read_all(answer: httpx.Response) -> None:
+        async for chunk in answer.aiter_raw():
+            received.append(chunk)
+            first.set()
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with serve(app) as port:
+            request = client.build_request("POST", f"http://127.0.0.1:{port}/v1/x")
+            answer = await client.send(request, stream=True)
+            reading = asyncio.create_task(read_all(answer))
+            await first.wait()
+        with pytest.raises(httpx.RemoteProtocolError):
+            await reading
+    assert answer.status_code == 200
+    assert received == [b"data: 1\n\n"]

@@ -16,6 +16,9 @@ request and before Starlette routes it, what every route needs done first.
   error.
 * Bearer-token auth (``api_key``, ``SIE_API_KEY``) on every path but the probes and
   metrics.
+* A request still unanswered when the server's drain ends (``SIE_DRAIN_TIMEOUT_S``: uvicorn
+  then cancels it) gets a JSON ``engine_unavailable`` error, not uvicorn's plain-text 500;
+  one whose answer has begun is cut, as there is no way to say more.
 
 One frame, not five: a request's task resumes through every frame it is awaited in, so
 each middleware layer (and the app class) was entered again at every write of a streamed
@@ -24,6 +27,7 @@ answer (``docs/architecture.md``, counting the files on the path).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import uuid
@@ -38,7 +42,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import Message, Receive, Scope, Send
 
-from sie_worker.errors import HeadersTooLarge, PayloadTooLarge, Unauthorized
+from sie_worker.errors import EngineUnavailable, HeadersTooLarge, PayloadTooLarge, Unauthorized
 from sie_worker.http.errors import EXCEPTION_HANDLERS, send_error
 from sie_worker.http.headers import MAX_HEAD_BYTES
 from sie_worker.http.wire import CYCLE, CYCLE_KEY, WiredStarlette
@@ -71,6 +75,12 @@ async def _client_left(request: Request, exc: Exception) -> Response:
     return Response(status_code=400)
 
 
+_STOPPED = EngineUnavailable(
+    "the server stopped before this request was answered: what it waited on did not answer "
+    "within the drain timeout (SIE_DRAIN_TIMEOUT_S); send it again"
+)
+
+
 def head_bytes(scope: Scope) -> int:
     """The size of a request's head as it came: request line, headers and their framing."""
     line = len(scope["method"]) + len(scope.get("raw_path") or b"") + len(scope["query_string"])
@@ -99,14 +109,16 @@ class _CountedBody:
 class _IdentifiedAnswer:
     """The request's ``send``: the answer's head gets the request id."""
 
-    __slots__ = ("request_id", "send")
+    __slots__ = ("request_id", "send", "started")
 
     def __init__(self, send: Send, request_id: bytes) -> None:
         self.send = send
         self.request_id = request_id
+        self.started = False
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
+            self.started = True
             answer: list[tuple[bytes, bytes]] = list(message.get("headers", []))
             names = {k.lower() for k, _ in answer}
             added = [(k, self.request_id) for k in (_ID, _SIE_ID) if k not in names]
@@ -176,12 +188,22 @@ class FrontDoor(WiredStarlette):
         elif not self._authorized(scope, supplied):
             await send_error(answer, Unauthorized())
             return
-        wired = CYCLE is not None and type(getattr(send, "__self__", None)) is CYCLE
+        cycle = getattr(send, "__self__", None)
+        wired = CYCLE is not None and type(cycle) is CYCLE
         if wired:
-            scope[CYCLE_KEY] = send.__self__  # type: ignore[attr-defined]
+            scope[CYCLE_KEY] = cycle
         try:
             # Starlette's own call, not WiredStarlette's: this frame records the cycle.
             await Starlette.__call__(self, scope, receive, answer)
+        except asyncio.CancelledError:
+            # why: uvicorn cancels what still runs when its drain ends; its own answer would be
+            # a plain-text 500. A head already out (the wire writes it past ``answer``) cannot
+            # be taken back.
+            task = asyncio.current_task()
+            if task is None or answer.started or getattr(cycle, "response_started", False):
+                raise
+            await send_error(answer, _STOPPED)
+            task.uncancel()
         finally:
             if wired:
                 # The cycle holds the scope: leave no reference loop for the collector.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -60,3 +61,52 @@ def test_unclaimed_files_are_the_familys_new_ones_no_live_process_holds(tmp_path
         unclaimed_files(family_of("sglang").shm_orphans, time.time() + 60, shm=shm, proc=proc)
         == set()
     )
+
+
+def test_a_semaphore_its_creator_maps_under_its_first_name_is_held_not_unclaimed(
+    tmp_path: Path,
+) -> None:
+    # glibc's sem_open maps a new semaphore under a temporary name, then links it to its own
+    # name and unlinks the first: /proc/<pid>/maps shows the first name, deleted.
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    starting, orphan = shm / "sem.mp-starting", shm / "sem.mp-orphan"
+    for path in (starting, orphan):
+        path.write_bytes(b"x")
+    device = os.stat(shm).st_dev
+    dev = f"{os.major(device):02x}:{os.minor(device):02x}"
+    proc = tmp_path / "proc"
+    (proc / "4242" / "fd").mkdir(parents=True)
+    (proc / "4242" / "maps").write_text(
+        f"7f00-7f01 rw-s 00000000 {dev} {starting.stat().st_ino} {shm}/sem.Xy12Ab (deleted)\n"
+    )
+    found = unclaimed_files(family_of("vllm").shm_orphans, time.time() - 60, shm=shm, proc=proc)
+    assert found == {orphan}
+
+
+def test_a_file_a_live_process_holds_open_is_held_whatever_its_name_now(tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    held, orphan = shm / "sem.mp-held", shm / "sem.mp-orphan"
+    for path in (held, orphan):
+        path.write_bytes(b"x")
+    proc = tmp_path / "proc"
+    (proc / "4242" / "fd").mkdir(parents=True)
+    (proc / "4242" / "maps").write_text("")
+    opened = os.open(held, os.O_RDONLY)
+    try:
+        (proc / "4242" / "fd" / "3").symlink_to(f"/proc/self/fd/{opened}")
+        found = unclaimed_files(family_of("vllm").shm_orphans, time.time() - 60, shm=shm, proc=proc)
+    finally:
+        os.close(opened)
+    assert found == {orphan}
+
+
+def test_a_live_multiprocessing_lock_of_this_process_is_not_unclaimed() -> None:
+    # The real thing: a spawn context's lock is a named semaphore other processes open by name.
+    lock = multiprocessing.get_context("spawn").Lock()
+    name = lock._semlock.name  # type: ignore[attr-defined]
+    path = Path("/dev/shm") / f"sem.{name.lstrip('/')}"
+    assert path.exists()
+    assert path not in unclaimed_files(family_of("vllm").shm_orphans, time.time() - 60)
+    del lock

@@ -44,8 +44,9 @@ def schema_path(name: str = MODEL_CONFIG_SCHEMA) -> Path:
 
 @cache
 def _validator() -> Draft202012Validator:
+    # why: not checked against the meta-schema here (a tenth of a worker's start-up CPU):
+    # the schema ships with the package, and worker/tests/config/files/test_schema.py checks it
     schema = json.loads(schema_path().read_text(encoding="utf-8"))
-    Draft202012Validator.check_schema(schema)
     # JSON Schema counts 2.0 as an integer; a config should say 2.
     checker = Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)

@@ -104,16 +104,50 @@ def unclaimed_files(
     ``sglang_loads_*``), changed since ``since`` (epoch seconds), that no live process maps
     or holds open: what an engine group killed before its files were seen left behind. A
     file of another engine still running is held by it, so it stays."""
-    candidates: set[Path] = set()
+    candidates: dict[Path, int] = {}
     for pattern in patterns:
         for path in shm.glob(pattern):
             with contextlib.suppress(OSError):
-                if path.stat().st_ctime >= since:
-                    candidates.add(path)
+                stat = path.stat()
+                if stat.st_ctime >= since:
+                    candidates[path] = stat.st_ino
     if not candidates:
-        return candidates
+        return set()
     live = [int(entry.name) for entry in proc.iterdir() if entry.name.isdigit()]
-    return candidates - shared_memory_of(live, proc, shm)
+    held = _inodes_held(live, proc, shm)
+    by_name = shared_memory_of(live, proc, shm)
+    return {path for path, inode in candidates.items() if inode not in held} - by_name
+
+
+def _inodes_held(pids: Iterable[int], proc: Path, shm: Path) -> set[int]:
+    """The inodes of the files on ``shm``'s filesystem that these processes map or hold open.
+
+    By inode, not name: glibc's ``sem_open`` creates a semaphore under a temporary name, maps
+    it, then links it to its own name (``sem.mp-*``) and unlinks the first, so its creator's
+    maps show ``/dev/shm/sem.XXXXXX (deleted)``. By name, a starting engine's semaphores
+    looked held by no one and were removed when another engine stopped: its spawned ranks
+    then failed to open them (``FileNotFoundError``)."""
+    try:
+        device = os.stat(shm).st_dev
+    except OSError:
+        return set()
+    wanted = f"{os.major(device):02x}:{os.minor(device):02x}"
+    held: set[int] = set()
+    for pid in pids:
+        base = proc / str(pid)
+        with contextlib.suppress(OSError):
+            for line in (base / "maps").read_text(errors="replace").splitlines():
+                fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+                if len(fields) >= 5 and fields[3] == wanted:
+                    with contextlib.suppress(ValueError):
+                        held.add(int(fields[4]))
+        with contextlib.suppress(OSError):
+            for fd in (base / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    stat = os.stat(fd)  # the open file itself, even when unlinked
+                    if stat.st_dev == device:
+                        held.add(stat.st_ino)
+    return held
 
 
 def remove_files(paths: Iterable[Path]) -> list[Path]:
