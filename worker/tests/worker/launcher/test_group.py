@@ -31,10 +31,10 @@ def test_a_familys_named_files_are_those_of_the_processes_it_saw(tmp_path: Path)
 
 
 def _proc_with(tmp_path: Path, pid: int, maps: list[Path]) -> Path:
-    """A fake /proc where ``pid`` maps ``maps``."""
+    """A fake /proc where ``pid`` maps ``maps`` (as /proc does: device, inode, path)."""
     proc = tmp_path / "proc"
     (proc / str(pid) / "fd").mkdir(parents=True)
-    lines = [f"7f00-7f01 rw-s 00000000 00:1a 42 {path}" for path in maps]
+    lines = [f"7f00-7f01 rw-s 00000000 {_dev(path)} {path.stat().st_ino} {path}" for path in maps]
     (proc / str(pid) / "maps").write_text("\n".join(lines) + "\n")
     return proc
 
@@ -73,8 +73,7 @@ def test_a_semaphore_its_creator_maps_under_its_first_name_is_held_not_unclaimed
     starting, orphan = shm / "sem.mp-starting", shm / "sem.mp-orphan"
     for path in (starting, orphan):
         path.write_bytes(b"x")
-    device = os.stat(shm).st_dev
-    dev = f"{os.major(device):02x}:{os.minor(device):02x}"
+    dev = _dev(shm)
     proc = tmp_path / "proc"
     (proc / "4242" / "fd").mkdir(parents=True)
     (proc / "4242" / "maps").write_text(
@@ -110,3 +109,9 @@ def test_a_live_multiprocessing_lock_of_this_process_is_not_unclaimed() -> None:
     assert path.exists()
     assert path not in unclaimed_files(family_of("vllm").shm_orphans, time.time() - 60)
     del lock
+
+
+def _dev(path: Path) -> str:
+    """The device of ``path`` as /proc/<pid>/maps writes it (major:minor in hex)."""
+    device = os.stat(path).st_dev
+    return f"{os.major(device):02x}:{os.minor(device):02x}"

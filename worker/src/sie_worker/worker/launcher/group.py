@@ -115,18 +115,18 @@ def unclaimed_files(
         return set()
     live = [int(entry.name) for entry in proc.iterdir() if entry.name.isdigit()]
     held = _inodes_held(live, proc, shm)
-    by_name = shared_memory_of(live, proc, shm)
-    return {path for path, inode in candidates.items() if inode not in held} - by_name
+    return {path for path, inode in candidates.items() if inode not in held}
 
 
 def _inodes_held(pids: Iterable[int], proc: Path, shm: Path) -> set[int]:
     """The inodes of the files on ``shm``'s filesystem that these processes map or hold open.
 
-    By inode, not name: glibc's ``sem_open`` creates a semaphore under a temporary name, maps
-    it, then links it to its own name (``sem.mp-*``) and unlinks the first, so its creator's
-    maps show ``/dev/shm/sem.XXXXXX (deleted)``. By name, a starting engine's semaphores
-    looked held by no one and were removed when another engine stopped: its spawned ranks
-    then failed to open them (``FileNotFoundError``)."""
+    By inode, not name (a file mapped by its name has its inode too): glibc's ``sem_open``
+    creates a semaphore under a temporary name, maps it, then links it to its own name
+    (``sem.mp-*``) and unlinks the first, so its creator's maps show ``/dev/shm/sem.XXXXXX
+    (deleted)``. By name, a starting engine's semaphores looked held by no one and were
+    removed when another engine stopped: its spawned ranks then failed to open them
+    (``FileNotFoundError``)."""
     try:
         device = os.stat(shm).st_dev
     except OSError:
